@@ -1,0 +1,83 @@
+"""`agentctl`: check and inspect an edge-agent configuration."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from agent.cli.common import DEFAULT_CONFIG, load_or_exit
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+config_app = typer.Typer(no_args_is_help=True, help="Validate and show configuration.")
+app.add_typer(config_app, name="config")
+
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a key: --set mqtt.port=1884.")
+]
+
+
+@config_app.command("validate")
+def validate(
+    file: Annotated[Path, typer.Argument(help="Agent config file.")],
+    set_: SetOpt = None,
+) -> None:
+    """Exit 0 if FILE (with its profile) is valid; else print each error and exit 2."""
+    loaded = load_or_exit(file, set_ or [])
+    cfg = loaded.config
+    typer.echo(
+        f"ok: {file} (profile {cfg.profile} from {loaded.profile_path}, "
+        f"{len(cfg.faults)} faults, prefix {cfg.mqtt.topic_prefix!r})"
+    )
+
+
+@config_app.command("show")
+def show(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Agent config file.")] = (
+        DEFAULT_CONFIG
+    ),
+    effective: Annotated[
+        bool, typer.Option(help="Print the merged result: profile + file + overrides.")
+    ] = False,
+    stream: Annotated[
+        str | None, typer.Option(help="Also print the effective settings of this stream.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON instead of YAML.")] = False,
+    set_: SetOpt = None,
+) -> None:
+    """Print the config file as written, or with --effective the merged, validated result."""
+    if not effective:
+        if stream is not None:
+            typer.echo("--stream needs --effective", err=True)
+            raise typer.Exit(2)
+        sys.stdout.write(config.read_text(encoding="utf-8"))
+        return
+    loaded = load_or_exit(config, set_ or [])
+    data: dict[str, Any] = loaded.config.model_dump(mode="json")
+    if stream is not None:
+        data = {"stream": stream, **loaded.config.streams.for_stream(stream).model_dump(mode="json")}
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        header = f"# effective config: {loaded.config_path} over profile {loaded.profile_path}\n"
+        typer.echo(header + yaml.safe_dump(data, allow_unicode=True, sort_keys=False), nl=False)
+
+
+@config_app.command("schema")
+def schema() -> None:
+    """Print the JSON schema of the agent config (every key with its title and description)."""
+    from agent.config.models import AgentConfig
+
+    typer.echo(json.dumps(AgentConfig.model_json_schema(), indent=2, ensure_ascii=False))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

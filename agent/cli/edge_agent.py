@@ -1,0 +1,72 @@
+"""`edge-agent`: run the daemon in the foreground (systemd runs exactly this), or the demo."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.cli.common import DEFAULT_CONFIG, EXIT_INVALID, load_or_exit
+from agent.config import ConfigError, LoadedConfig
+from agent.logsetup import configure_logging
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Agent config file.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a key: --set mqtt.port=1884 (repeatable)."),
+]
+ProfileOpt = Annotated[str | None, typer.Option(help="Device profile; overrides the file's.")]
+
+
+@app.command()
+def run(
+    config: ConfigOpt = DEFAULT_CONFIG,
+    set_: SetOpt = None,
+    profile: ProfileOpt = None,
+) -> None:
+    """Run the service until SIGTERM or SIGINT, then stop without losing accepted data."""
+    loaded = load_or_exit(config, set_ or [], profile)
+    configure_logging(loaded.config.logging.level, loaded.config.logging.format.value)
+    try:
+        asyncio.run(_serve(loaded))
+    except ConfigError as exc:  # e.g. the named MQTT password credential is missing
+        for issue in exc.issues:
+            typer.echo(f"invalid config: {issue}", err=True)
+        raise typer.Exit(EXIT_INVALID) from None
+
+
+async def _serve(loaded: LoadedConfig) -> None:
+    from agent.daemon import Daemon
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await Daemon(loaded).run(stop)
+
+
+@app.command()
+def demo(
+    config: ConfigOpt = Path("configs/agent.yaml"),
+    sample: Annotated[Path, typer.Option(help="JSONL transcript to replay.")] = Path(
+        "configs/samples/line3-shift.jsonl"
+    ),
+    speed: Annotated[float, typer.Option(help="Replay speed-up over real time.")] = 10.0,
+) -> None:
+    """Local broker + the service on the embedded defaults + a sample stream; alerts printed."""
+    from agent.demo import run_demo
+
+    raise typer.Exit(run_demo(config, sample, speed))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

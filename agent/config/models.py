@@ -1,0 +1,346 @@
+"""The agent's configuration schema.
+
+Every section forbids unknown keys (a typo fails validation instead of being ignored) and
+every field carries a title and a description: the schema is the reference documentation
+(`agentctl config schema` prints it).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing_extensions import Self
+
+from agent.config.merge import deep_merge
+from pipelines.detect import FaultRule, KeywordSettings
+
+__all__ = [
+    "AgentConfig",
+    "AlertOverride",
+    "AlertSettings",
+    "IngestSettings",
+    "LlmSettings",
+    "LogFormat",
+    "LoggingSettings",
+    "MqttSettings",
+    "OutboxSettings",
+    "StreamOverride",
+    "StreamSettings",
+    "StreamsSettings",
+    "TlsSettings",
+]
+
+_TOPIC_LEVEL = re.compile(r"^[^#+\x00]+$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+
+class TlsSettings(_Model):
+    enabled: bool = Field(False, title="TLS", description="Connect to the broker over TLS.")
+    ca_file: Path | None = Field(
+        None, title="CA file", description="PEM bundle to verify the broker; system CAs if unset."
+    )
+    cert_file: Path | None = Field(
+        None, title="Client certificate", description="PEM client certificate for mutual TLS."
+    )
+    key_file: Path | None = Field(
+        None, title="Client key", description="PEM private key matching `cert_file`."
+    )
+    insecure: bool = Field(
+        False,
+        title="Skip hostname check",
+        description="Do not verify the broker's hostname. Only for lab brokers.",
+    )
+
+    @model_validator(mode="after")
+    def _cert_needs_key(self) -> Self:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file must be set together")
+        return self
+
+
+class MqttSettings(_Model):
+    host: str = Field("127.0.0.1", title="Broker host", description="Hostname or IP of the broker.")
+    port: int = Field(1883, ge=1, le=65535, title="Broker port", description="TCP port.")
+    topic_prefix: str = Field(
+        "edge-agent",
+        title="Topic prefix",
+        description="Every topic the agent reads or writes starts with this prefix.",
+    )
+    client_id: str = Field(
+        "edge-agent",
+        min_length=1,
+        max_length=64,
+        title="Client id",
+        description="MQTT client identifier; unique per device (the broker keeps its session).",
+    )
+    username: str | None = Field(None, title="Username", description="Broker username, if any.")
+    password_credential: str | None = Field(
+        None,
+        title="Password credential",
+        description=(
+            "Name of the credential holding the broker password: a file of that name in "
+            "$CREDENTIALS_DIRECTORY (systemd LoadCredential=), else the environment variable "
+            "EDGE_AGENT_MQTT_PASSWORD. The password itself never appears in YAML or logs."
+        ),
+    )
+    tls: TlsSettings = Field(default_factory=TlsSettings, title="TLS", description="TLS settings.")
+    keepalive_s: int = Field(
+        30, ge=5, le=3600, title="Keep-alive", description="MQTT keep-alive in seconds."
+    )
+    reconnect_min_s: float = Field(
+        0.5, gt=0, title="Reconnect min delay", description="First reconnect delay (seconds)."
+    )
+    reconnect_max_s: float = Field(
+        30.0,
+        gt=0,
+        title="Reconnect max delay",
+        description="Cap of the jittered exponential reconnect delay (seconds).",
+    )
+    publish_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        title="Publish timeout",
+        description="How long to wait for the broker's PUBACK before treating the link as down.",
+    )
+    status_interval_s: float = Field(
+        15.0, gt=0, title="Status interval", description="Seconds between retained status snapshots."
+    )
+    errors_per_minute: int = Field(
+        60,
+        ge=1,
+        title="Error report rate",
+        description="At most this many input-error events a minute on <prefix>/errors; the rest "
+        "are counted as suppressed.",
+    )
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix_is_topic(cls, v: str) -> str:
+        v = v.strip("/")
+        if not v or not _TOPIC_LEVEL.match(v):
+            raise ValueError("must be a non-empty topic without wildcards (+, #)")
+        return v
+
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> Self:
+        if self.reconnect_min_s > self.reconnect_max_s:
+            raise ValueError("reconnect_min_s must not exceed reconnect_max_s")
+        if self.password_credential is not None and self.username is None:
+            raise ValueError("password_credential needs username")
+        return self
+
+
+class IngestSettings(_Model):
+    max_payload_bytes: int = Field(
+        64 * 1024,
+        ge=256,
+        title="Max payload",
+        description="Transcript payloads larger than this are rejected unread.",
+    )
+    max_text_chars: int = Field(
+        8000, ge=1, title="Max text", description="Longest transcript text accepted per segment."
+    )
+    allowed_streams: list[str] | None = Field(
+        None,
+        title="Stream allow-list",
+        description="If set, segments from any other stream id are rejected (strict mode).",
+    )
+    queue_size: int = Field(
+        1024,
+        ge=1,
+        title="Ingest queue",
+        description="Segments waiting for detection; when full the oldest is shed and counted.",
+    )
+    max_future_skew_s: float = Field(
+        300.0,
+        ge=0,
+        title="Clock skew",
+        description="Segments timestamped further than this in the future are rejected.",
+    )
+
+
+class AlertSettings(_Model):
+    debounce_s: float = Field(
+        10.0,
+        ge=0,
+        title="Debounce",
+        description="Repeated matches of an active alert within this window fold into one update.",
+    )
+    quiet_end_s: float = Field(
+        120.0,
+        gt=0,
+        title="Quiet period",
+        description="An alert ends after this many seconds without a new match.",
+    )
+    max_evidence: int = Field(
+        5, ge=1, le=50, title="Evidence kept", description="Most recent evidence items per alert."
+    )
+
+
+class StreamSettings(_Model):
+    """Settings that may differ per stream; `streams.defaults` gives the global values."""
+
+    language: str | None = Field(
+        None,
+        title="Language hint",
+        description="Language of the stream (en, zh); None trusts each segment's `lang`.",
+    )
+    alerts: AlertSettings = Field(
+        default_factory=AlertSettings, title="Alerts", description="Alert lifecycle timing."
+    )
+    disabled_faults: list[str] = Field(
+        default_factory=list,
+        title="Disabled faults",
+        description="Fault codes never raised for this stream.",
+    )
+
+
+class AlertOverride(_Model):
+    debounce_s: float | None = Field(None, ge=0, title="Debounce", description="See alerts.")
+    quiet_end_s: float | None = Field(None, gt=0, title="Quiet period", description="See alerts.")
+    max_evidence: int | None = Field(
+        None, ge=1, le=50, title="Evidence kept", description="See alerts."
+    )
+
+
+class StreamOverride(_Model):
+    """A partial StreamSettings: only the keys given replace the defaults."""
+
+    language: str | None = Field(None, title="Language hint", description="See defaults.")
+    alerts: AlertOverride | None = Field(None, title="Alerts", description="See defaults.")
+    disabled_faults: list[str] | None = Field(
+        None, title="Disabled faults", description="Replaces the default list."
+    )
+
+
+class StreamsSettings(_Model):
+    defaults: StreamSettings = Field(
+        default_factory=StreamSettings,
+        title="Defaults",
+        description="Settings for every stream.",
+    )
+    overrides: dict[str, StreamOverride] = Field(
+        default_factory=dict,
+        title="Per-stream overrides",
+        description="Partial settings per stream id, merged over the defaults.",
+    )
+
+    def for_stream(self, stream_id: str) -> StreamSettings:
+        """Effective settings of one stream: the defaults with its override merged over them."""
+        override = self.overrides.get(stream_id)
+        if override is None:
+            return self.defaults
+        merged = deep_merge(
+            self.defaults.model_dump(mode="python"), override.model_dump(exclude_none=True)
+        )
+        return StreamSettings.model_validate(merged)
+
+
+class OutboxSettings(_Model):
+    path: Path = Field(
+        Path("/var/lib/edge-agent/outbox.sqlite"),
+        title="Outbox path",
+        description="SQLite database (WAL) holding alert events until the broker acknowledged "
+        "them. Relative paths are resolved against the config file's directory.",
+    )
+    max_events: int = Field(
+        100_000,
+        ge=10,
+        title="Outbox bound",
+        description="Most events kept while the broker is away; beyond it the oldest updates "
+        "are shed first (new/end events last) and counted.",
+    )
+
+
+class LlmSettings(_Model):
+    enabled: bool = Field(
+        False, title="LLM analysis", description="Run the embedded engine's slow-tier analysis."
+    )
+
+
+class LogFormat(str, Enum):
+    json = "json"
+    console = "console"
+
+
+class LoggingSettings(_Model):
+    level: str = Field("info", title="Level", description="debug, info, warning or error.")
+    format: LogFormat = Field(
+        LogFormat.json,
+        title="Format",
+        description="json lines on stdout (journal fields under systemd) or console for humans.",
+    )
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, v: str) -> str:
+        v = v.lower()
+        if v not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be one of debug, info, warning, error")
+        return v
+
+
+ProfileName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+
+
+class AgentConfig(_Model):
+    profile: ProfileName = Field(
+        "cpu-dev",
+        title="Device profile",
+        description="Name of configs/profiles/<name>.yaml, merged under this file.",
+    )
+    device_id: str = Field(
+        "edge-agent",
+        min_length=1,
+        title="Device id",
+        description="Identifies this device in status, alerts and fleet targets.",
+    )
+    mqtt: MqttSettings = Field(default_factory=MqttSettings, title="MQTT", description="Broker.")
+    ingest: IngestSettings = Field(
+        default_factory=IngestSettings, title="Ingest", description="Input limits and queues."
+    )
+    streams: StreamsSettings = Field(
+        default_factory=StreamsSettings, title="Streams", description="Per-stream settings."
+    )
+    keywords: KeywordSettings = Field(
+        default_factory=KeywordSettings,
+        title="Keyword matching",
+        description="Fuzzy and negation settings of the instant keyword tier.",
+    )
+    faults: list[FaultRule] = Field(
+        default_factory=list,
+        title="Fault catalogue",
+        description="Faults the agent alerts on: code, labels and keywords per language, severity.",
+    )
+    outbox: OutboxSettings = Field(
+        default_factory=OutboxSettings, title="Outbox", description="Durable alert outbox."
+    )
+    llm: LlmSettings = Field(default_factory=LlmSettings, title="LLM", description="Slow tier.")
+    logging: LoggingSettings = Field(
+        default_factory=LoggingSettings, title="Logging", description="Log output."
+    )
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Self:
+        codes = [f.code for f in self.faults]
+        dupes = sorted({c for c in codes if codes.count(c) > 1})
+        if dupes:
+            raise ValueError(f"fault codes must be unique, repeated: {', '.join(dupes)}")
+        known = set(codes)
+        for stream_id, override in self.streams.overrides.items():
+            unknown = sorted(set(override.disabled_faults or ()) - known)
+            if unknown:
+                raise ValueError(
+                    f"streams.overrides.{stream_id}.disabled_faults: unknown codes {unknown}"
+                )
+        unknown = sorted(set(self.streams.defaults.disabled_faults) - known)
+        if unknown:
+            raise ValueError(f"streams.defaults.disabled_faults: unknown codes {unknown}")
+        return self

@@ -1,0 +1,281 @@
+"""The daemon: MQTT in -> ingest -> overlap merge -> keyword tier -> tracker -> outbox -> MQTT out.
+
+Tasks (one TaskGroup, each named): the broker link, the detector loop over the bounded
+ingest queue, the tracker tick (debounce flushes, quiet ends), the outbox publisher, the
+error reporter and the status publisher. Stopping drains in the order that loses nothing:
+finish the queued segments, flush pending updates into the outbox, give the outbox a
+grace period to empty (what remains stays on disk for the next start), announce
+`stopped`, disconnect, then persist anything that arrived meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import aiomqtt
+import structlog
+
+from agent import __version__
+from agent.compat import TaskGroup
+from agent.config.loader import LoadedConfig, resolve_mqtt_password
+from agent.errors_report import ErrorReporter
+from agent.mqtt import MqttLink, NotConnectedError, Topics
+from agent.outbox import Outbox, PendingEvent
+from agent.stats import Stats
+from pipelines.alerts import AlertEvent, AlertTracker, EventType, Evidence, Observation
+from pipelines.detect import KeywordDetector
+from pipelines.ingest import IngestLimits, InputRejected, RejectReason, Segment, parse_transcript
+from pipelines.overlap import StreamTimeline
+from pipelines.queues import SheddingQueue
+
+__all__ = ["Daemon"]
+
+log = structlog.get_logger(__name__)
+
+_EVIDENCE_CHARS = 500
+_TICK_S = 0.5
+
+
+class Daemon:
+    def __init__(self, loaded: LoadedConfig) -> None:
+        self.loaded = loaded
+        cfg = loaded.config
+        self.cfg = cfg
+        self.topics = Topics(cfg.mqtt.topic_prefix)
+        self.stats = Stats()
+        self.limits = IngestLimits(
+            max_payload_bytes=cfg.ingest.max_payload_bytes,
+            max_text_chars=cfg.ingest.max_text_chars,
+            allowed_streams=frozenset(cfg.ingest.allowed_streams)
+            if cfg.ingest.allowed_streams is not None
+            else None,
+            max_future_skew_s=cfg.ingest.max_future_skew_s,
+        )
+        self.queue: SheddingQueue[Segment] = SheddingQueue(cfg.ingest.queue_size)
+        self.detector = KeywordDetector(cfg.faults, cfg.keywords)
+        self.tracker = AlertTracker(lambda sid: cfg.streams.for_stream(sid).alerts)
+        self.timelines: dict[str, StreamTimeline] = {}
+        self.outbox = Outbox(cfg.outbox.path, cfg.outbox.max_events)
+        self.link = MqttLink(
+            cfg.mqtt, resolve_mqtt_password(cfg.mqtt), self.topics, self._on_message, self.stats
+        )
+        self.errors = ErrorReporter(self.link, self.topics.errors, cfg.mqtt.errors_per_minute,
+                                    self.stats)
+        self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
+        self._busy = 0
+
+    # -- input --------------------------------------------------------------------------
+
+    def _on_message(self, message: aiomqtt.Message) -> None:
+        topic = message.topic.value
+        payload = message.payload
+        raw = payload if isinstance(payload, bytes | bytearray) else str(payload).encode()
+        stream_id = self.topics.transcript_stream(topic)
+        self.stats.received += 1
+        if stream_id is None:
+            self._reject(topic, len(raw), InputRejected(RejectReason.invalid_schema, "unknown topic"))
+            return
+        try:
+            segment = parse_transcript(stream_id, bytes(raw), self.limits, time.time())
+        except InputRejected as exc:
+            self._reject(topic, len(raw), exc)
+            return
+        self.stats.accepted += 1
+        shed = self.queue.put(segment)
+        if shed is not None:
+            self.stats.ingest_shed += 1
+            self.errors.report(
+                topic, "queue_full", len(raw),
+                f"ingest queue full ({self.queue.maxsize}); shed {shed.stream_id} seq {shed.seq}",
+            )
+
+    def _reject(self, topic: str, size: int, exc: InputRejected) -> None:
+        self.stats.rejected[exc.reason.value] += 1
+        self.errors.report(topic, exc.reason.value, size, exc.detail)
+
+    # -- processing ---------------------------------------------------------------------
+
+    async def _detect_loop(self) -> None:
+        while True:
+            segment = await self.queue.get()
+            await self.process(segment)
+
+    async def process(self, seg: Segment) -> None:
+        async with self._processing:
+            self._busy += 1
+            try:
+                await self._process(seg)
+            except Exception:  # a bug on one segment must not stop the pipeline
+                self.stats.detect_errors += 1
+                log.exception("detect.failed", stream_id=seg.stream_id, seq=seg.seq)
+            finally:
+                self._busy -= 1
+
+    async def _process(self, seg: Segment) -> None:
+        stream = self.stats.stream(seg.stream_id)
+        stream.segments += 1
+        stream.last_segment_mono = time.monotonic()
+        stream.last_segment_end = seg.end
+        timeline = self.timelines.setdefault(seg.stream_id, StreamTimeline())
+        merged = timeline.accept(seg)
+        if merged.duplicate:
+            stream.duplicates += 1
+            self.stats.duplicates[merged.reason] += 1
+            return
+        settings = self.cfg.streams.for_stream(seg.stream_id)
+        matches = self.detector.detect(
+            merged.text,
+            context=merged.context,
+            lang=seg.lang or settings.language,
+            exclude=frozenset(settings.disabled_faults),
+        )
+        events: list[AlertEvent] = []
+        for match in matches:
+            self.stats.keyword_matches += 1
+            log.info("keyword.match", stream_id=seg.stream_id, seq=seg.seq, fault=match.code,
+                     keyword=match.keyword, matched=match.matched, score=round(match.score, 2))
+            events += self.tracker.observe(
+                Observation(
+                    stream_id=seg.stream_id,
+                    fault=match.code,
+                    label=match.label,
+                    severity=match.severity.value,
+                    source="keyword",
+                    evidence=Evidence(
+                        text=merged.text[:_EVIDENCE_CHARS],
+                        start=merged.start,
+                        end=seg.end,
+                        seq=seg.seq,
+                    ),
+                )
+            )
+        await self._persist(events)
+
+    async def _persist(self, events: list[AlertEvent]) -> None:
+        if not events:
+            return
+        active = {a.id: a for a in self.tracker.active()}
+        pending = []
+        upserts = []
+        deletes = []
+        for event in events:
+            body = {**event.payload(), "device_id": self.cfg.device_id}
+            pending.append(
+                PendingEvent(self.topics.alerts, json.dumps(body, ensure_ascii=False).encode(),
+                             event.type.value)
+            )
+            self.stats.alert_events[event.type.value] += 1
+            if event.type is EventType.end:
+                deletes.append((event.alert["stream_id"], event.alert["fault"]))
+            elif event.alert_id in active:
+                upserts.append(active[event.alert_id])
+            log.info("alert.event", type=event.type.value, alert_id=event.alert_id,
+                     stream_id=event.alert["stream_id"], fault=event.alert["fault"],
+                     count=event.alert["count"], seq=event.seq)
+        await self.outbox.append(pending, upserts, deletes)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_TICK_S)
+            async with self._processing:
+                await self._persist(self.tracker.tick())
+
+    # -- output -------------------------------------------------------------------------
+
+    async def _publish_loop(self) -> None:
+        while True:
+            self.outbox.changed.clear()
+            rows = await self.outbox.peek()
+            if not rows:
+                await self.outbox.changed.wait()
+                continue
+            await self.link.connected.wait()
+            for row in rows:
+                try:
+                    await self.link.publish(row.topic, row.payload, qos=1)
+                except NotConnectedError as exc:
+                    self.stats.publish_failures += 1
+                    log.warning("outbox.publish_deferred", error=str(exc), pending=self.outbox.depth)
+                    await self.link.wait_disconnected()
+                    break
+                await self.outbox.ack(row.id)
+                self.stats.published += 1
+
+    async def _status_loop(self) -> None:
+        while True:
+            await self.link.connected.wait()
+            try:
+                await self.link.publish(self.topics.status, self.status_payload(), retain=True)
+            except NotConnectedError:
+                pass
+            await asyncio.sleep(self.cfg.mqtt.status_interval_s)
+
+    def status_snapshot(self, state: str = "running") -> dict[str, Any]:
+        return self.stats.snapshot(
+            device_id=self.cfg.device_id,
+            version=__version__,
+            state=state,
+            profile=self.cfg.profile,
+            llm={"enabled": self.cfg.llm.enabled},
+            queue={"depth": len(self.queue), "max": self.queue.maxsize, "shed": self.queue.shed},
+            outbox={"depth": self.outbox.depth, "shed": self.outbox.shed,
+                    "max": self.cfg.outbox.max_events},
+            active_alerts=len(self.tracker.active()),
+        )
+
+    def status_payload(self, state: str = "running") -> bytes:
+        return json.dumps(self.status_snapshot(state), ensure_ascii=False).encode()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, *, drain_timeout_s: float = 10.0) -> None:
+        """Run until `stop` is set, then shut down without losing accepted data."""
+        await self.outbox.open()
+        restored = await self.outbox.active_alerts()
+        self.tracker.restore(restored)
+        log.info("agent.starting", version=__version__, profile=self.cfg.profile,
+                 device_id=self.cfg.device_id, config=str(self.loaded.config_path),
+                 faults=len(self.cfg.faults), restored_alerts=len(restored),
+                 outbox_pending=self.outbox.depth)
+        try:
+            async with TaskGroup() as tg:
+                link_task = tg.create_task(self.link.run(), name="mqtt.link")
+                workers = [
+                    tg.create_task(self._detect_loop(), name="detect"),
+                    tg.create_task(self._tick_loop(), name="alerts.tick"),
+                    tg.create_task(self._status_loop(), name="status"),
+                    tg.create_task(self.errors.run(), name="errors"),
+                ]
+                publisher = tg.create_task(self._publish_loop(), name="outbox.publish")
+                await stop.wait()
+                log.info("agent.stopping", queued=len(self.queue), outbox_pending=self.outbox.depth)
+                await self._drain_input(drain_timeout_s)
+                workers[0].cancel()
+                async with self._processing:
+                    await self._persist(self.tracker.flush())
+                await self._drain_outbox(drain_timeout_s)
+                publisher.cancel()
+                await self.link.announce_stopped()
+                for task in workers[1:]:
+                    task.cancel()
+                link_task.cancel()
+            # Segments that arrived while we were disconnecting: process them, so their
+            # alerts wait in the outbox for the next start.
+            while (segment := self.queue.get_nowait()) is not None:
+                await self.process(segment)
+        finally:
+            await self.outbox.close()
+            log.info("agent.stopped", outbox_pending=self.outbox.depth)
+
+    async def _drain_input(self, limit_s: float) -> None:
+        deadline = time.monotonic() + limit_s
+        while (len(self.queue) or self._busy) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def _drain_outbox(self, limit_s: float) -> None:
+        deadline = time.monotonic() + limit_s
+        while self.outbox.depth and self.link.connected.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)

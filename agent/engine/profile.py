@@ -1,0 +1,378 @@
+"""The engine section of a device profile (`engine:` in configs/profiles/<name>.yaml).
+
+One model holds every vLLM setting the daemon tunes per device, with the reason for each
+default in its description. Unknown keys are errors (a typo must not silently fall back to
+a vLLM default), and the model is frozen: the supervisor derives stepped-down variants with
+`model_copy(update=...)` instead of mutating the running one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, model_validator
+from typing_extensions import Self
+
+from agent.engine.paths import expand_path
+
+__all__ = [
+    "CudaGraphSettings",
+    "DeviceSettings",
+    "EngineProfile",
+    "MemorySettings",
+    "ProfileError",
+    "SpeculativeSettings",
+    "load_engine_profile",
+    "profile_search_path",
+]
+
+PROFILES_ENV = "EDGE_AGENT_PROFILES_DIR"  # same variable as agent.config.loader reads
+_REPO_PROFILES = Path(__file__).resolve().parents[2] / "configs" / "profiles"
+
+CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+
+class DeviceSettings(_Model):
+    """What the planner needs to know about the machine; vLLM itself never reads this."""
+
+    kind: Literal["cpu", "cuda"] = Field(
+        "cpu", title="Backend", description="The vLLM backend this profile is written for."
+    )
+    memory_bytes: ByteSize = Field(
+        ByteSize(8 << 30),
+        title="Device memory",
+        description="Total memory the engine draws from: VRAM on a discrete GPU, all of RAM "
+        "on unified memory (Jetson) and on CPU. Accepts sizes like '16GiB'.",
+    )
+    unified_memory: bool = Field(
+        False,
+        title="Unified memory",
+        description="CPU and GPU share the same DRAM (Jetson, CPU backend): the OS, the agent "
+        "and the ASR model then live in what the engine leaves.",
+    )
+    reserve_bytes: ByteSize = Field(
+        ByteSize(0),
+        title="Reserved memory",
+        description="On unified memory: what the OS, this daemon and the ASR model need; the "
+        "engine must fit in memory_bytes minus this. Ignored on a discrete GPU, where "
+        "gpu_memory_utilization leaves the rest.",
+    )
+    memory_bandwidth_gbps: float | None = Field(
+        None,
+        gt=0,
+        title="Memory bandwidth",
+        description="GB/s the weights are streamed at; the planner prints the batch-1 decode "
+        "floor (each token reads every weight once). Unset: no floor printed.",
+    )
+
+
+class MemorySettings(_Model):
+    kv_cache_memory_bytes: ByteSize | None = Field(
+        None,
+        title="KV cache bytes",
+        description="Fixed KV cache size. The predictable knob on unified memory, where "
+        "'free GPU memory' is all of RAM and moves with every other process. When set, vLLM "
+        "ignores gpu_memory_utilization for sizing the KV cache.",
+    )
+    gpu_memory_utilization: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        title="GPU memory utilization",
+        description="Fraction of device memory for weights, activations, graphs and KV (KV "
+        "gets the rest). The knob on discrete GPUs. With kv_cache_memory_bytes also set it "
+        "only feeds vLLM's startup free-memory check.",
+    )
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> Self:
+        if self.kv_cache_memory_bytes is None and self.gpu_memory_utilization is None:
+            raise ValueError("set kv_cache_memory_bytes or gpu_memory_utilization")
+        return self
+
+
+class CudaGraphSettings(_Model):
+    mode: CudaGraphMode = Field(
+        "FULL_AND_PIECEWISE",
+        title="CUDA graph mode",
+        description="vLLM cudagraph_mode. FULL_AND_PIECEWISE is vLLM's default; "
+        "FULL_DECODE_ONLY captures least memory. Ignored when enforce_eager is true.",
+    )
+    capture_sizes: list[int] | None = Field(
+        None,
+        title="Capture sizes",
+        description="Batch sizes (in tokens) to capture. Unset: vLLM's grid up to "
+        "max_capture_size. Each graph costs memory, so edge profiles list few.",
+    )
+    max_capture_size: int | None = Field(
+        None,
+        ge=1,
+        title="Largest capture size",
+        description="Largest captured batch in tokens. Unset: max_num_seqs x (1 + k) rounded "
+        "up, so that speculative verify steps still run as graphs.",
+    )
+
+    @model_validator(mode="after")
+    def _sizes_sane(self) -> Self:
+        if self.capture_sizes is not None:
+            if not self.capture_sizes or min(self.capture_sizes) < 1:
+                raise ValueError("capture_sizes must be positive integers")
+            if self.max_capture_size is not None and max(self.capture_sizes) > self.max_capture_size:
+                raise ValueError("capture_sizes exceed max_capture_size")
+        return self
+
+
+class SpeculativeSettings(_Model):
+    method: Literal["auto", "mtp", "ngram", "off"] = Field(
+        "auto",
+        title="Method",
+        description="auto: MTP when the model's config declares MTP layers and its weights "
+        "carry them, else ngram (prompt lookup, which suits answers that quote the "
+        "transcript). off disables speculative decoding.",
+    )
+    num_speculative_tokens: int = Field(
+        3,
+        ge=1,
+        le=8,
+        title="Speculative tokens (k)",
+        description="Draft tokens per step to start with; the acceptance controller steps "
+        "k down 3, 2, 1, off when acceptance stays low.",
+    )
+    prompt_lookup_min: int = Field(
+        2, ge=1, title="Lookup min", description="ngram only: shortest n-gram matched."
+    )
+    prompt_lookup_max: int = Field(
+        5, ge=1, title="Lookup max", description="ngram only: longest n-gram matched."
+    )
+    min_acceptance: float = Field(
+        0.6,
+        ge=0,
+        le=1,
+        title="Acceptance floor",
+        description="Step k down when the acceptance rate over a window stays under this "
+        "(rejected drafts cost verify compute for nothing).",
+    )
+    window_draft_tokens: int = Field(
+        512,
+        ge=16,
+        title="Acceptance window",
+        description="Draft tokens per acceptance window; small windows react to noise.",
+    )
+    adaptive: bool = Field(
+        True,
+        title="Adaptive k",
+        description="Let the acceptance controller step k down (applied at the next engine "
+        "restart, since vLLM fixes k at start).",
+    )
+
+    @model_validator(mode="after")
+    def _lookup_order(self) -> Self:
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "off"
+
+
+class EngineProfile(_Model):
+    """Everything needed to start the embedded vLLM engine on one kind of device."""
+
+    model: str = Field(
+        "${EDGE_AGENT_CACHE_DIR}/models/smollm2-135m-instruct",
+        title="Model folder",
+        description="Local HF-format model folder (config.json, safetensors, tokenizer). "
+        "${EDGE_AGENT_CACHE_DIR} and ~ are expanded. The default folder is the converted "
+        "SmolLM2-135M-Instruct, prepared on first use; nothing is ever downloaded.",
+    )
+    load_format: Literal["auto", "safetensors", "dummy"] = Field(
+        "auto",
+        title="Load format",
+        description="dummy: random weights of the config's shape (benchmarks, no weights on disk).",
+    )
+    skip_tokenizer_init: bool = Field(
+        False,
+        title="Skip tokenizer",
+        description="Token ids in and out only (benchmarks). Chat messages, stop strings and "
+        "JSON schemas then cannot be used.",
+    )
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "bfloat16",
+        title="Weight dtype",
+        description="Activation/weight dtype. bfloat16 everywhere it is fast (Ampere and "
+        "later, x86 with AVX-512-BF16 or AMX); float16 on GPUs without bf16.",
+    )
+    quantization: str | None = Field(
+        None,
+        title="Weight quantization",
+        description="vLLM quantization method for pre-quantized weights (awq_marlin, "
+        "gptq_marlin, ...). None: as stored.",
+    )
+    device: DeviceSettings = Field(
+        default_factory=DeviceSettings, title="Device", description="The machine, for the planner."
+    )
+    memory: MemorySettings = Field(
+        default_factory=lambda: MemorySettings(kv_cache_memory_bytes=ByteSize(64 << 20)),
+        title="Memory budget",
+        description="How much memory the engine may take for its KV cache.",
+    )
+    max_model_len: int = Field(
+        8192,
+        ge=16,
+        title="Context length",
+        description="Longest prompt + answer in tokens. The KV cache must hold at least this "
+        "many tokens or vLLM refuses to start.",
+    )
+    max_num_seqs: int = Field(
+        2,
+        ge=1,
+        title="Concurrent sequences",
+        description="Requests decoded together. Set explicitly: AsyncLLM's default differs "
+        "from the server's. Edge devices serve one or two streams.",
+    )
+    max_num_batched_tokens: int = Field(
+        2048,
+        ge=16,
+        title="Prefill chunk (token budget per step)",
+        description="Chunked-prefill budget per engine step, decode tokens included. Smaller "
+        "chunks bound the inter-token gap of a decoding stream while another prefills.",
+    )
+    max_num_partial_prefills: int = Field(
+        1,
+        ge=1,
+        title="Partial prefills",
+        description="Prompts prefilled concurrently (vLLM default 1).",
+    )
+    long_prefill_token_threshold: int | None = Field(
+        None,
+        ge=1,
+        title="Long-prefill threshold",
+        description="Prompts longer than this count as long for max_long_partial_prefills; "
+        "None keeps vLLM's default.",
+    )
+    enable_prefix_caching: bool = Field(
+        True,
+        title="Prefix caching",
+        description="Reuse KV of a stable prompt head; what makes an append-only transcript cheap.",
+    )
+    block_size: int | None = Field(
+        None,
+        ge=1,
+        title="KV block size",
+        description="Tokens per KV block; None keeps the backend's default (16 on CUDA, 128 on CPU).",
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
+        "auto",
+        title="KV cache dtype",
+        description="auto: the model dtype. fp8 halves KV bytes per token; needs FlashInfer "
+        "on sm_87 (Orin), native on sm_89+.",
+    )
+    enforce_eager: bool = Field(
+        False,
+        title="Eager mode",
+        description="No torch.compile and no CUDA graphs: fastest start, slowest decode. "
+        "The CPU profile uses it; GPU profiles keep it as a fallback switch.",
+    )
+    cuda_graphs: CudaGraphSettings = Field(
+        default_factory=CudaGraphSettings, title="CUDA graphs", description="Graph capture."
+    )
+    compile_cache_dir: str | None = Field(
+        "${EDGE_AGENT_CACHE_DIR}/vllm",
+        title="Compile cache",
+        description="vLLM cache root (VLLM_CACHE_ROOT) on persistent storage: a warm "
+        "torch.compile cache turned a 145 s start into 15 s on the H200.",
+    )
+    speculative: SpeculativeSettings = Field(
+        default_factory=SpeculativeSettings,
+        title="Speculative decoding",
+        description="Draft method and k.",
+    )
+    executor: Literal["auto", "uni", "mp"] = Field(
+        "auto",
+        title="Executor",
+        description="uni runs the model worker inside the engine-core child process (two "
+        "processes instead of three; halves start time and RSS on CPU).",
+    )
+    additional_config: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        title="Platform options",
+        description="Passed to vLLM's additional_config (e.g. gdn_prefill_backend: triton "
+        "for Qwen3-Next-style models on SM90 without the CuTe DSL wheels).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be at least max_num_seqs")
+        need = self.graph_tokens_needed()
+        graphs = self.cuda_graphs
+        if need and graphs.capture_sizes is not None and max(graphs.capture_sizes) < need:
+            raise ValueError(
+                f"cuda_graphs.capture_sizes must reach max_num_seqs x (1 + k) = {need} tokens "
+                "or speculative verify steps run without graphs"
+            )
+        if need and graphs.max_capture_size is not None and graphs.max_capture_size < need:
+            raise ValueError(
+                f"cuda_graphs.max_capture_size must be at least max_num_seqs x (1 + k) = {need}"
+            )
+        return self
+
+    def graph_tokens_needed(self) -> int:
+        """Widest decode batch in tokens that graphs must cover (0 when no graphs are used)."""
+        if self.enforce_eager or self.device.kind != "cuda" or self.cuda_graphs.mode == "NONE":
+            return 0
+        k = self.speculative.num_speculative_tokens if self.speculative.enabled else 0
+        return self.max_num_seqs * (1 + k)
+
+    def model_path(self) -> Path:
+        return expand_path(self.model)
+
+    def compile_cache_path(self) -> Path | None:
+        return None if self.compile_cache_dir is None else expand_path(self.compile_cache_dir)
+
+
+class ProfileError(Exception):
+    """A profile could not be found, read or validated."""
+
+
+def profile_search_path() -> list[Path]:
+    roots = [Path(p) for p in os.environ.get(PROFILES_ENV, "").split(os.pathsep) if p]
+    roots.append(_REPO_PROFILES)
+    return roots
+
+
+def _find(name: str) -> Path:
+    for root in profile_search_path():
+        candidate = root / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    searched = ", ".join(str(r) for r in profile_search_path())
+    raise ProfileError(f"no profile {name!r}: no {name}.yaml in {searched}")
+
+
+def load_engine_profile(name_or_path: str | Path) -> EngineProfile:
+    """The `engine:` section of a profile, by name (configs/profiles/<name>.yaml) or path.
+
+    Raises:
+        ProfileError: not found, not YAML, no `engine:` section, or invalid values.
+    """
+    text_arg = str(name_or_path)
+    path = Path(text_arg) if text_arg.endswith((".yaml", ".yml")) else _find(text_arg)
+    try:
+        data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"{path}: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("engine"), dict):
+        raise ProfileError(f"{path}: no `engine:` mapping")
+    try:
+        return EngineProfile.model_validate(data["engine"])
+    except ValidationError as exc:
+        raise ProfileError(f"{path}: {exc}") from exc

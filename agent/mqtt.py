@@ -1,0 +1,191 @@
+"""The broker connection: connect, announce, subscribe, receive; reconnect with jitter.
+
+One `MqttLink` owns the aiomqtt client. It keeps a persistent session (fixed client id,
+clean_session off) so the broker holds our QoS 1 input while we are away, sets
+`<prefix>/available` to `online` on every connect with `offline` as the last will, and
+`stopped` on a clean close. Publishing waits for the broker's PUBACK (aiomqtt 2.x resolves
+a QoS 1 publish on it), which is what lets the outbox delete a row.
+
+Reconnects use tenacity's full-jitter exponential backoff: after a broker restart a fleet
+of devices spreads its reconnects instead of arriving at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Callable
+
+import aiomqtt
+import structlog
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
+
+from agent.compat import timeout
+from agent.config.models import MqttSettings
+from agent.stats import Stats
+
+__all__ = ["MqttLink", "NotConnectedError", "Topics"]
+
+log = structlog.get_logger(__name__)
+
+
+class NotConnectedError(Exception):
+    """No broker connection right now; the caller keeps its data and retries later."""
+
+
+class Topics:
+    """Every topic of the contract (docs/mqtt.md), from one prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.transcript_filter = f"{prefix}/streams/+/transcript"
+        self.alerts = f"{prefix}/alerts"
+        self.available = f"{prefix}/available"
+        self.status = f"{prefix}/status"
+        self.errors = f"{prefix}/errors"
+
+    def transcript_stream(self, topic: str) -> str | None:
+        """The stream id of a transcript topic, or None for any other topic."""
+        head = f"{self.prefix}/streams/"
+        if not (topic.startswith(head) and topic.endswith("/transcript")):
+            return None
+        stream = topic[len(head) : -len("/transcript")]
+        return stream if stream and "/" not in stream else None
+
+
+class _SessionLost(Exception):
+    """A connection that had been up for a while dropped: start the backoff afresh."""
+
+
+_HEALTHY_SESSION_S = 30.0
+
+
+class MqttLink:
+    def __init__(
+        self,
+        settings: MqttSettings,
+        password: str | None,
+        topics: Topics,
+        on_message: Callable[[aiomqtt.Message], None],
+        stats: Stats,
+    ) -> None:
+        self._settings = settings
+        self._password = password
+        self._topics = topics
+        self._on_message = on_message
+        self._stats = stats
+        self._client: aiomqtt.Client | None = None
+        self.connected = asyncio.Event()
+        self._disconnected = asyncio.Event()
+        self._disconnected.set()
+
+    # -- connection ---------------------------------------------------------------------
+
+    def _make_client(self) -> aiomqtt.Client:
+        s = self._settings
+        tls_params = None
+        if s.tls.enabled:
+            tls_params = aiomqtt.TLSParameters(
+                ca_certs=str(s.tls.ca_file) if s.tls.ca_file else None,
+                certfile=str(s.tls.cert_file) if s.tls.cert_file else None,
+                keyfile=str(s.tls.key_file) if s.tls.key_file else None,
+                cert_reqs=ssl.CERT_REQUIRED,
+            )
+        return aiomqtt.Client(
+            s.host,
+            s.port,
+            identifier=s.client_id,
+            username=s.username,
+            password=self._password,
+            keepalive=s.keepalive_s,
+            clean_session=False,
+            will=aiomqtt.Will(self._topics.available, b"offline", qos=1, retain=True),
+            tls_params=tls_params,
+            tls_insecure=s.tls.insecure if s.tls.enabled else None,
+            timeout=s.publish_timeout_s,
+        )
+
+    async def run(self) -> None:
+        """Stay connected until cancelled; never returns otherwise."""
+        while True:
+            retrying = AsyncRetrying(
+                retry=retry_if_exception_type(aiomqtt.MqttError),
+                wait=wait_random_exponential(
+                    multiplier=self._settings.reconnect_min_s, max=self._settings.reconnect_max_s
+                ),
+                before_sleep=lambda rs: log.warning(
+                    "mqtt.reconnect_wait",
+                    attempt=rs.attempt_number,
+                    delay_s=round(rs.next_action.sleep, 2) if rs.next_action else None,
+                    error=str(rs.outcome.exception()) if rs.outcome else None,
+                ),
+            )
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        await self._session()
+            except _SessionLost:
+                await asyncio.sleep(self._settings.reconnect_min_s)
+
+    async def _session(self) -> None:
+        client = self._make_client()
+        try:
+            async with client:
+                began = time.monotonic()
+                self._client = client
+                await client.publish(self._topics.available, b"online", qos=1, retain=True)
+                await client.subscribe(self._topics.transcript_filter, qos=1)
+                self._stats.mqtt_connected = True
+                self._stats.mqtt_connects += 1
+                self._disconnected.clear()
+                self.connected.set()
+                log.info(
+                    "mqtt.connected",
+                    host=self._settings.host,
+                    port=self._settings.port,
+                    client_id=self._settings.client_id,
+                )
+                try:
+                    async for message in client.messages:
+                        self._on_message(message)
+                except aiomqtt.MqttError as exc:
+                    log.warning("mqtt.connection_lost", error=str(exc))
+                    if time.monotonic() - began >= _HEALTHY_SESSION_S:
+                        raise _SessionLost from exc
+                    raise
+        finally:
+            if self._client is client:
+                self._client = None
+            if self.connected.is_set():
+                self._stats.mqtt_disconnects += 1
+            self._stats.mqtt_connected = False
+            self.connected.clear()
+            self._disconnected.set()
+
+    # -- publishing ---------------------------------------------------------------------
+
+    async def publish(self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False) -> None:
+        """Publish and, for QoS 1, return only after the broker's PUBACK.
+
+        Raises:
+            NotConnectedError: no connection, or it failed during the publish.
+        """
+        client = self._client
+        if client is None or not self.connected.is_set():
+            raise NotConnectedError(f"not connected to {self._settings.host}:{self._settings.port}")
+        try:
+            async with timeout(self._settings.publish_timeout_s):
+                await client.publish(topic, payload, qos=qos, retain=retain)
+        except (aiomqtt.MqttError, TimeoutError) as exc:
+            raise NotConnectedError(f"publish to {topic} failed: {exc!r}") from exc
+
+    async def wait_disconnected(self) -> None:
+        await self._disconnected.wait()
+
+    async def announce_stopped(self) -> None:
+        """Set `available` to `stopped` (retained) before a clean disconnect."""
+        try:
+            await self.publish(self._topics.available, b"stopped", retain=True)
+        except NotConnectedError as exc:
+            log.warning("mqtt.stopped_not_announced", error=str(exc))

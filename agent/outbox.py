@@ -1,0 +1,218 @@
+"""The durable outbox: alert events live in SQLite until the broker acknowledged them.
+
+One database (WAL) holds two tables written in the same transaction: the events still to
+publish, in order, and the alerts still active (so ids and sequence numbers survive a
+restart). A row leaves `outbox` only after PUBACK; a SIGKILL between publish and delete
+means the event goes out again after restart, which is why consumers dedupe by
+(alert id, seq). `synchronous=FULL`: an alert that was accepted survives a power cut too,
+at one fsync per event, which alert rates afford.
+
+All SQLite work runs on one dedicated thread: the event loop never waits on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+
+from pipelines.alerts import Alert
+
+__all__ = ["Outbox", "OutboxRow", "PendingEvent"]
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic   TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    kind    TEXT NOT NULL,      -- new / update / end: updates are shed first when full
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS active_alerts (
+    stream_id TEXT NOT NULL,
+    fault     TEXT NOT NULL,
+    event_seq INTEGER NOT NULL,
+    alert     TEXT NOT NULL,
+    PRIMARY KEY (stream_id, fault)
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    topic: str
+    payload: bytes
+    kind: str
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    topic: str
+    payload: bytes
+
+
+class _Store:
+    """Synchronous core; only ever called from the outbox thread."""
+
+    def __init__(self, path: Path, max_events: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(_SCHEMA)
+        self.max_events = max_events
+
+    def append(
+        self,
+        events: Sequence[PendingEvent],
+        upserts: Sequence[Alert],
+        deletes: Sequence[tuple[str, str]],
+    ) -> int:
+        now = time.time()
+        with self._tx():
+            self.db.executemany(
+                "INSERT INTO outbox (topic, payload, kind, created) VALUES (?, ?, ?, ?)",
+                [(e.topic, e.payload, e.kind, now) for e in events],
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO active_alerts (stream_id, fault, event_seq, alert) "
+                "VALUES (?, ?, ?, ?)",
+                [(a.stream_id, a.fault, a.event_seq, json.dumps(a.public())) for a in upserts],
+            )
+            self.db.executemany(
+                "DELETE FROM active_alerts WHERE stream_id = ? AND fault = ?", deletes
+            )
+            return self._enforce_bound()
+
+    def _enforce_bound(self) -> int:
+        (depth,) = self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()
+        excess = depth - self.max_events
+        if excess <= 0:
+            return 0
+        # Updates are superseded by the alert's later events; shed them before new/end.
+        shed = self.db.execute(
+            "DELETE FROM outbox WHERE id IN "
+            "(SELECT id FROM outbox WHERE kind = 'update' ORDER BY id LIMIT ?)",
+            (excess,),
+        ).rowcount
+        if shed < excess:
+            shed += self.db.execute(
+                "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT ?)",
+                (excess - shed,),
+            ).rowcount
+        self.db.execute(
+            "INSERT INTO counters (name, value) VALUES ('shed', ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+            (shed,),
+        )
+        return int(shed)
+
+    def peek(self, limit: int) -> list[OutboxRow]:
+        rows = self.db.execute(
+            "SELECT id, topic, payload FROM outbox ORDER BY id LIMIT ?", (limit,)
+        ).fetchall()
+        return [OutboxRow(int(r[0]), str(r[1]), bytes(r[2])) for r in rows]
+
+    def ack(self, row_id: int) -> None:
+        self.db.execute("DELETE FROM outbox WHERE id = ?", (row_id,))
+
+    def depth(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+
+    def shed_total(self) -> int:
+        row = self.db.execute("SELECT value FROM counters WHERE name = 'shed'").fetchone()
+        return int(row[0]) if row else 0
+
+    def active(self) -> list[Alert]:
+        rows = self.db.execute("SELECT event_seq, alert FROM active_alerts").fetchall()
+        return [Alert.from_public(json.loads(r[1]), int(r[0])) for r in rows]
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _tx(self) -> _Transaction:
+        return _Transaction(self.db)
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+class Outbox:
+    """Async face of the store; every call hops to the outbox's own thread."""
+
+    def __init__(self, path: Path, max_events: int) -> None:
+        self._path = path
+        self._max_events = max_events
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox")
+        self._store: _Store | None = None
+        self.changed = asyncio.Event()  # set whenever rows were added
+        self.depth = 0
+        self.shed = 0
+
+    async def open(self) -> None:
+        self._store = await self._call(lambda: _Store(self._path, self._max_events))
+        self.depth = await self._run(lambda s: s.depth())
+        self.shed = await self._run(lambda s: s.shed_total())
+        if self.depth:
+            self.changed.set()
+            log.info("outbox.resume", pending=self.depth, path=str(self._path))
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._run(lambda s: s.close())
+            self._store = None
+        self._pool.shutdown(wait=True)
+
+    async def append(
+        self,
+        events: Sequence[PendingEvent],
+        upserts: Sequence[Alert] = (),
+        deletes: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        shed = await self._run(lambda s: s.append(events, upserts, deletes))
+        if shed:
+            self.shed += shed
+            log.warning("outbox.shed", shed=shed, total=self.shed, bound=self._max_events)
+        self.depth = await self._run(lambda s: s.depth())
+        self.changed.set()
+
+    async def peek(self, limit: int = 64) -> list[OutboxRow]:
+        return await self._run(lambda s: s.peek(limit))
+
+    async def ack(self, row_id: int) -> None:
+        await self._run(lambda s: s.ack(row_id))
+        self.depth = max(0, self.depth - 1)
+
+    async def active_alerts(self) -> list[Alert]:
+        return await self._run(lambda s: s.active())
+
+    async def _run(self, fn: Callable[[_Store], T]) -> T:
+        store = self._store
+        if store is None:
+            raise RuntimeError("outbox is not open")
+        return await self._call(lambda: fn(store))
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+

@@ -1,0 +1,221 @@
+"""Alert lifecycle: one stable id per (stream, fault) while active; new / update / end.
+
+Both tiers (keyword now, LLM later) feed one tracker. A repeated match of an active alert
+adds evidence and bumps its count; updates are debounced (at most one per `debounce_s`,
+the latest state wins); an alert ends after `quiet_end_s` without a match. Every event
+carries a per-alert sequence number so consumers can drop redeliveries (id + seq).
+
+Timers run on a monotonic clock (NTP may step a device's wall clock); `first_seen` and
+`last_seen` are the audio's own epoch times, taken from the evidence.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+__all__ = [
+    "Alert",
+    "AlertEvent",
+    "AlertTiming",
+    "AlertTracker",
+    "EventType",
+    "Evidence",
+    "Observation",
+]
+
+
+class EventType(str, Enum):
+    new = "new"
+    update = "update"
+    end = "end"
+
+
+class AlertTiming(Protocol):
+    """The per-stream timing the tracker needs (the daemon's AlertSettings fits)."""
+
+    @property
+    def debounce_s(self) -> float: ...
+    @property
+    def quiet_end_s(self) -> float: ...
+    @property
+    def max_evidence(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Evidence:
+    text: str
+    start: float
+    end: float
+    seq: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One detection of a fault, from either tier."""
+
+    stream_id: str
+    fault: str
+    label: str
+    severity: str
+    source: str  # "keyword" | "llm"
+    evidence: Evidence
+
+
+@dataclass
+class Alert:
+    id: str
+    stream_id: str
+    fault: str
+    label: str
+    severity: str
+    source: str
+    evidence: list[Evidence]
+    first_seen: float
+    last_seen: float
+    count: int
+    event_seq: int = 0
+    # Tracker bookkeeping on the monotonic clock; not part of the published alert.
+    last_match_mono: float = field(default=0.0, compare=False)
+    last_emit_mono: float = field(default=0.0, compare=False)
+    dirty: bool = field(default=False, compare=False)
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "stream_id": self.stream_id,
+            "fault": self.fault,
+            "label": self.label,
+            "severity": self.severity,
+            "source": self.source,
+            "evidence": [asdict(e) for e in self.evidence],
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "count": self.count,
+        }
+
+    @classmethod
+    def from_public(cls, data: dict[str, Any], event_seq: int) -> Alert:
+        return cls(
+            id=data["id"],
+            stream_id=data["stream_id"],
+            fault=data["fault"],
+            label=data["label"],
+            severity=data["severity"],
+            source=data["source"],
+            evidence=[Evidence(**e) for e in data["evidence"]],
+            first_seen=data["first_seen"],
+            last_seen=data["last_seen"],
+            count=data["count"],
+            event_seq=event_seq,
+        )
+
+
+@dataclass(frozen=True)
+class AlertEvent:
+    type: EventType
+    seq: int
+    ts: float
+    alert: dict[str, Any]
+
+    @property
+    def alert_id(self) -> str:
+        return str(self.alert["id"])
+
+    def payload(self) -> dict[str, Any]:
+        return {"type": self.type.value, "seq": self.seq, "ts": self.ts, "alert": self.alert}
+
+
+class AlertTracker:
+    """Turns observations into lifecycle events. Not thread-safe: one owner task."""
+
+    def __init__(
+        self,
+        timing_for: Callable[[str], AlertTiming],
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._timing_for = timing_for
+        self._mono = monotonic
+        self._wall = wall
+        self._active: dict[tuple[str, str], Alert] = {}
+
+    def restore(self, alerts: Iterable[Alert]) -> None:
+        """Take back alerts that were active before a restart: their ids stay stable and
+        their quiet timers start again now."""
+        now = self._mono()
+        for alert in alerts:
+            alert.last_match_mono = now
+            alert.last_emit_mono = now
+            self._active[(alert.stream_id, alert.fault)] = alert
+
+    def active(self) -> list[Alert]:
+        return list(self._active.values())
+
+    def observe(self, obs: Observation) -> list[AlertEvent]:
+        now = self._mono()
+        timing = self._timing_for(obs.stream_id)
+        key = (obs.stream_id, obs.fault)
+        alert = self._active.get(key)
+        if alert is None:
+            alert = Alert(
+                id=f"{obs.stream_id}:{obs.fault}:{int(self._wall() * 1000)}",
+                stream_id=obs.stream_id,
+                fault=obs.fault,
+                label=obs.label,
+                severity=obs.severity,
+                source=obs.source,
+                evidence=[obs.evidence],
+                first_seen=obs.evidence.start,
+                last_seen=obs.evidence.end,
+                count=1,
+                last_match_mono=now,
+            )
+            self._active[key] = alert
+            return [self._emit(alert, EventType.new, now)]
+        alert.count += 1
+        alert.evidence = [*alert.evidence, obs.evidence][-timing.max_evidence :]
+        alert.first_seen = min(alert.first_seen, obs.evidence.start)
+        alert.last_seen = max(alert.last_seen, obs.evidence.end)
+        if obs.source != alert.source:
+            alert.source = obs.source if alert.source == "keyword" else alert.source
+        alert.last_match_mono = now
+        if now - alert.last_emit_mono >= timing.debounce_s:
+            return [self._emit(alert, EventType.update, now)]
+        alert.dirty = True
+        return []
+
+    def tick(self) -> list[AlertEvent]:
+        """Flush debounced updates and end quiet alerts; call about once a second."""
+        now = self._mono()
+        events: list[AlertEvent] = []
+        for key, alert in list(self._active.items()):
+            timing = self._timing_for(alert.stream_id)
+            if now - alert.last_match_mono >= timing.quiet_end_s:
+                del self._active[key]
+                events.append(self._emit(alert, EventType.end, now))
+            elif alert.dirty and now - alert.last_emit_mono >= timing.debounce_s:
+                events.append(self._emit(alert, EventType.update, now))
+        return events
+
+    def flush(self) -> list[AlertEvent]:
+        """Emit every debounced update now (before a shutdown), whatever the debounce."""
+        now = self._mono()
+        return [self._emit(a, EventType.update, now) for a in self._active.values() if a.dirty]
+
+    def end_all(self) -> list[AlertEvent]:
+        """End every active alert (used when a stream is removed, not on shutdown)."""
+        now = self._mono()
+        events = [self._emit(a, EventType.end, now) for a in self._active.values()]
+        self._active.clear()
+        return events
+
+    def _emit(self, alert: Alert, kind: EventType, now: float) -> AlertEvent:
+        alert.event_seq += 1
+        alert.last_emit_mono = now
+        alert.dirty = False
+        return AlertEvent(type=kind, seq=alert.event_seq, ts=self._wall(), alert=alert.public())

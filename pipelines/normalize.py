@@ -1,0 +1,61 @@
+"""Text normalization shared by the keyword tier and the overlap merge.
+
+ASR output and operator speech differ in width (ＡＢＣ vs ABC), case, punctuation and in
+whether CJK characters are separated by spaces. Everything downstream compares units:
+a Latin word or a single CJK character, so 轴承 异响 and 轴承异响 compare equal.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+__all__ = ["Unit", "is_cjk", "join_units", "normalize", "units"]
+
+# CJK Unified Ideographs (+ extension A) and the compatibility block: one unit per character.
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_CJK_RANGES = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_WORD = re.compile(rf"[{_CJK_RANGES}]|[^\W_{_CJK_RANGES}]+(?:['’][^\W_{_CJK_RANGES}]+)*")
+
+
+def is_cjk(ch: str) -> bool:
+    return bool(_CJK.fullmatch(ch))
+
+
+def normalize(text: str) -> str:
+    """NFKC, casefold, punctuation to spaces, spaces collapsed, no spaces between CJK."""
+    return join_units([u.text for u in units(text)])
+
+
+def join_units(parts: list[str]) -> str:
+    """Join units with a space, except between two CJK characters."""
+    out: list[str] = []
+    for part in parts:
+        if out and not (is_cjk(out[-1][-1]) and is_cjk(part[0])):
+            out.append(" ")
+        out.append(part)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One comparable unit (casefolded) and where it sits in the NFKC form of the input,
+    so a caller can cut the input's readable text (case and punctuation kept) at a unit."""
+
+    text: str
+    start: int
+    end: int
+
+    @property
+    def cjk(self) -> bool:
+        return is_cjk(self.text)
+
+
+def units(text: str) -> list[Unit]:
+    """Split text into words and single CJK characters (punctuation and spaces dropped)."""
+    nfkc = unicodedata.normalize("NFKC", text)
+    return [
+        Unit(m.group(0).casefold().replace("’", "'"), m.start(), m.end())
+        for m in _WORD.finditer(nfkc)
+    ]
