@@ -312,6 +312,16 @@ class EngineProfile(_Model):
     def _consistent(self) -> Self:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be at least max_num_seqs")
+        mem = self.memory
+        if self.device.kind == "cuda" and mem.kv_cache_memory_bytes is not None:
+            # vLLM's GPU worker checks free memory >= gpu_memory_utilization x total at
+            # start even when the KV size is fixed; its default (0.92) of a Jetson's whole
+            # RAM is never free, so the profile must state a realistic fraction.
+            if mem.gpu_memory_utilization is None:
+                raise ValueError(
+                    "memory.gpu_memory_utilization must be set next to kv_cache_memory_bytes "
+                    "on cuda: vLLM still checks that fraction of device memory is free at start"
+                )
         need = self.graph_tokens_needed()
         graphs = self.cuda_graphs
         if need and graphs.capture_sizes is not None and max(graphs.capture_sizes) < need:
@@ -331,6 +341,24 @@ class EngineProfile(_Model):
             return 0
         k = self.speculative.num_speculative_tokens if self.speculative.enabled else 0
         return self.max_num_seqs * (1 + k)
+
+    def capture_sizes_for(self, k: int) -> list[int] | None:
+        """CUDA graph sizes to pass to vLLM when speculating k tokens; None: vLLM's default.
+
+        Explicit sizes win. Otherwise, when speculating, list every uniform decode batch
+        n x (1 + k) for n up to max_num_seqs plus the small powers of two: vLLM 0.26 (the
+        GPU build) may stop its default grid below the widest verify batch, and decode
+        dispatch needs an exact multiple of 1 + k.
+        """
+        graphs = self.cuda_graphs
+        if graphs.capture_sizes is not None:
+            return sorted(set(graphs.capture_sizes))
+        if k <= 0 or graphs.max_capture_size is not None:
+            return None
+        limit = self.max_num_seqs * (1 + k)
+        sizes = {n * (1 + k) for n in range(1, self.max_num_seqs + 1)}
+        sizes |= {s for s in (1, 2, 4, *range(8, 256, 8)) if s <= limit}
+        return sorted(sizes)
 
     def model_path(self) -> Path:
         return expand_path(self.model)

@@ -1,0 +1,218 @@
+"""Engine statistics: what vLLM reports per step, plus latencies we time ourselves.
+
+vLLM hands each engine step's `SchedulerStats` / `IterationStats` to every stat logger
+passed to AsyncLLM. Its interface is marked unstable, so the logger is a thin adapter
+(`stat_logger_factory`, built when vLLM is imported) over a plain collector that reads the
+fields by name and treats missing ones as zero. The collector runs on the event loop (the
+AsyncLLM output handler calls it), but a lock keeps snapshots consistent if a version ever
+calls it from another thread.
+
+TTFT and per-token times are measured by `Engine.generate` around the stream the caller
+sees, so they include tokenization and queueing, not only engine time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["EngineStats", "LatencyWindow", "StatsCollector", "stat_logger_factory"]
+
+_WINDOW = 512  # latencies kept for percentiles: recent behaviour, bounded memory
+
+
+class LatencyWindow:
+    """The most recent latencies (seconds) with p50/p95."""
+
+    def __init__(self, size: int = _WINDOW) -> None:
+        self._values: deque[float] = deque(maxlen=size)
+        self.count = 0
+        self.last: float | None = None
+
+    def add(self, value: float) -> None:
+        self._values.append(value)
+        self.count += 1
+        self.last = value
+
+    def percentile(self, q: float) -> float | None:
+        if not self._values:
+            return None
+        if len(self._values) == 1:
+            return self._values[0]
+        cuts = statistics.quantiles(self._values, n=100, method="inclusive")
+        return cuts[min(98, max(0, round(q * 100) - 1))]
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """One snapshot; counters cover the current engine run (reset at each start)."""
+
+    state: str
+    vllm_version: str | None
+    backend: str | None
+    model: str | None
+    start_seconds: float | None
+    uptime_seconds: float | None
+    restarts: int
+    # requests, as seen by our wrapper
+    requests: int
+    requests_running: int
+    generated_tokens: int
+    ttft_last_s: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    per_token_p50_s: float | None
+    per_token_p95_s: float | None
+    # engine (vLLM scheduler) side
+    engine_steps: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    prefix_cache_hit_rate: float | None
+    kv_cache_usage: float
+    kv_capacity_tokens: int | None
+    num_running_reqs: int
+    num_waiting_reqs: int
+    preemptions: int
+    # speculative decoding
+    spec_method: str
+    spec_k: int
+    spec_target_k: int
+    spec_drafts: int
+    spec_draft_tokens: int
+    spec_accepted_tokens: int
+    spec_acceptance_rate: float | None
+    spec_window_acceptance: float | None
+    spec_step_downs: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StatsCollector:
+    """Accumulates per-step engine stats; one per engine run."""
+
+    def __init__(self, on_spec: Callable[[int, int], object] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._on_spec = on_spec
+        self.steps = 0
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.kv_usage = 0.0
+        self.num_running = 0
+        self.num_waiting = 0
+        self.preemptions = 0
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted = 0
+        self.kv_capacity_tokens: int | None = None
+        self.ttft = LatencyWindow()
+        self.per_token = LatencyWindow()
+
+    # -- called by the vLLM stat logger ------------------------------------------------
+    def on_config(self, vllm_config: Any) -> None:
+        cache = getattr(vllm_config, "cache_config", None)
+        blocks = getattr(cache, "num_gpu_blocks", None)
+        block_size = getattr(cache, "block_size", None)
+        if isinstance(blocks, int) and isinstance(block_size, int):
+            with self._lock:
+                self.kv_capacity_tokens = blocks * block_size
+
+    def on_record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
+        drafted = accepted = 0
+        with self._lock:
+            if iteration_stats is not None:
+                self.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0) or 0)
+            if scheduler_stats is None:
+                return
+            self.steps += 1
+            self.kv_usage = float(getattr(scheduler_stats, "kv_cache_usage", 0.0) or 0.0)
+            self.num_running = int(getattr(scheduler_stats, "num_running_reqs", 0) or 0)
+            self.num_waiting = int(getattr(scheduler_stats, "num_waiting_reqs", 0) or 0)
+            prefix = getattr(scheduler_stats, "prefix_cache_stats", None)
+            if prefix is not None:
+                self.prefix_queries += int(getattr(prefix, "queries", 0) or 0)
+                self.prefix_hits += int(getattr(prefix, "hits", 0) or 0)
+            spec = getattr(scheduler_stats, "spec_decoding_stats", None)
+            if spec is not None:
+                drafted = int(getattr(spec, "num_draft_tokens", 0) or 0)
+                accepted = int(getattr(spec, "num_accepted_tokens", 0) or 0)
+                self.spec_drafts += int(getattr(spec, "num_drafts", 0) or 0)
+                self.spec_draft_tokens += drafted
+                self.spec_accepted += accepted
+        if drafted and self._on_spec is not None:
+            self._on_spec(drafted, accepted)  # outside the lock: it may log
+
+    # -- called by Engine.generate -----------------------------------------------------
+    def on_first_token(self, seconds: float) -> None:
+        with self._lock:
+            self.ttft.add(seconds)
+
+    def on_tokens(self, seconds: float, n_tokens: int) -> None:
+        """`n_tokens` arrived `seconds` after the previous chunk (several per chunk when
+        speculation accepts drafts): each counts as seconds / n_tokens."""
+        if n_tokens <= 0:
+            return
+        with self._lock:
+            per = seconds / n_tokens
+            for _ in range(n_tokens):
+                self.per_token.add(per)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            rate = self.prefix_hits / self.prefix_queries if self.prefix_queries else None
+            acc = self.spec_accepted / self.spec_draft_tokens if self.spec_draft_tokens else None
+            return {
+                "engine_steps": self.steps,
+                "prefix_cache_queries": self.prefix_queries,
+                "prefix_cache_hits": self.prefix_hits,
+                "prefix_cache_hit_rate": rate,
+                "kv_cache_usage": self.kv_usage,
+                "kv_capacity_tokens": self.kv_capacity_tokens,
+                "num_running_reqs": self.num_running,
+                "num_waiting_reqs": self.num_waiting,
+                "preemptions": self.preemptions,
+                "spec_drafts": self.spec_drafts,
+                "spec_draft_tokens": self.spec_draft_tokens,
+                "spec_accepted_tokens": self.spec_accepted,
+                "spec_acceptance_rate": acc,
+                "ttft_last_s": self.ttft.last,
+                "ttft_p50_s": self.ttft.percentile(0.50),
+                "ttft_p95_s": self.ttft.percentile(0.95),
+                "per_token_p50_s": self.per_token.percentile(0.50),
+                "per_token_p95_s": self.per_token.percentile(0.95),
+            }
+
+
+def stat_logger_factory(collector: StatsCollector) -> Callable[..., Any]:
+    """A vLLM StatLoggerBase subclass bound to `collector`; imports vLLM (call at start).
+
+    vLLM calls the factory as factory(vllm_config, engine_index) per engine core; the
+    class itself is that callable.
+    """
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class _CollectorLogger(StatLoggerBase):  # type: ignore[misc]  # vLLM is untyped here
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self._vllm_config = vllm_config
+            self._engine_index = engine_index
+            collector.on_config(vllm_config)
+
+        def record(
+            self,
+            scheduler_stats: Any,
+            iteration_stats: Any,
+            mm_cache_stats: Any = None,
+            engine_idx: int = 0,
+        ) -> None:
+            collector.on_record(scheduler_stats, iteration_stats)
+
+        def log_engine_initialized(self) -> None:
+            # num_gpu_blocks is only known after the engine core's handshake.
+            collector.on_config(self._vllm_config)
+
+    return _CollectorLogger
+

@@ -1,0 +1,72 @@
+"""Shared fixtures: a real mosquitto on loopback, the daemon as a subprocess, MQTT helpers."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.devbroker import DevBroker
+from tests.helpers import AgentProcess, MqttWatcher
+
+REPO = Path(__file__).resolve().parents[1]
+AGENT_YAML = REPO / "configs" / "agent.yaml"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[DevBroker]:
+    """A fresh mosquitto per test (tests stop and freeze it)."""
+    if shutil.which("mosquitto") is None:
+        pytest.fail("mosquitto is not installed: `make setup` (or apt-get install mosquitto)")
+    workdir = tmp_path / "broker"
+    workdir.mkdir()
+    with DevBroker(workdir=workdir) as b:
+        yield b
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A topic prefix of this test alone."""
+    return f"test/{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def agent_factory(
+    tmp_path: Path, broker: DevBroker, prefix: str
+) -> Iterator[type[AgentProcess] | object]:
+    """Build `edge-agent run` subprocesses on the shipped config, pointed at this test's
+    broker, prefix and state folder; every one is killed at teardown."""
+    started: list[AgentProcess] = []
+
+    def make(*overrides: str) -> AgentProcess:
+        proc = AgentProcess(
+            AGENT_YAML,
+            [
+                f"mqtt.port={broker.port}",
+                f"mqtt.topic_prefix={prefix}",
+                f"mqtt.client_id=agent-{prefix.rsplit('/', 1)[1]}",
+                f"outbox.path={tmp_path / 'state' / 'outbox.sqlite'}",
+                "mqtt.reconnect_max_s=1",
+                "mqtt.status_interval_s=1",
+                *overrides,
+            ],
+            tmp_path / f"agent-{len(started)}.log",
+        )
+        started.append(proc)
+        return proc
+
+    yield make
+    for proc in started:
+        proc.kill()
+
+
+@pytest.fixture
+async def watcher(broker: DevBroker, prefix: str) -> AsyncIterator[MqttWatcher]:
+    """Everything published under the prefix, kept across broker restarts."""
+    w = MqttWatcher(broker.port, prefix)
+    await w.start()
+    yield w
+    await w.stop()

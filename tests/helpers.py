@@ -1,0 +1,187 @@
+"""Test helpers: the daemon as a real subprocess, and an MQTT watcher/publisher."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+
+from agent.compat import timeout as async_timeout
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "configs" / "samples" / "line3-shift.jsonl"
+
+
+class AgentProcess:
+    """`edge-agent run` in a child process, as systemd would run it."""
+
+    def __init__(self, config: Path, overrides: list[str], log_path: Path) -> None:
+        self.argv = [sys.executable, "-m", "agent.cli.edge_agent", "run", "--config", str(config)]
+        for option in overrides:
+            self.argv += ["--set", option]
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> AgentProcess:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def terminate(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The structured log events the daemon wrote (JSON lines)."""
+        out = []
+        for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                event = json.loads(line)
+                if isinstance(event, dict) and (name is None or event.get("event") == name):
+                    out.append(event)
+        return out
+
+
+@dataclass
+class Received:
+    topic: str
+    payload: bytes
+    retain: bool
+    at: float
+
+    def json(self) -> Any:
+        return json.loads(self.payload)
+
+
+class MqttWatcher:
+    """Subscribes to `<prefix>/#` with a persistent session and reconnects by itself, so
+    it keeps receiving (queued QoS 1 messages included) across broker restarts."""
+
+    def __init__(self, port: int, prefix: str) -> None:
+        self.port = port
+        self.prefix = prefix
+        self.messages: list[Received] = []
+        self._task: asyncio.Task[None] | None = None
+        self._client_id = f"watch-{uuid.uuid4().hex[:8]}"
+        self.connected = asyncio.Event()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.wait_for(self.connected.wait(), 10)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with aiomqtt.Client(
+                    "127.0.0.1", self.port, identifier=self._client_id, clean_session=False
+                ) as client:
+                    await client.subscribe(f"{self.prefix}/#", qos=1)
+                    self.connected.set()
+                    async for msg in client.messages:
+                        payload = msg.payload if isinstance(msg.payload, bytes) else b""
+                        self.messages.append(
+                            Received(msg.topic.value, bytes(payload), bool(msg.retain), time.time())
+                        )
+            except aiomqtt.MqttError:
+                self.connected.clear()
+                await asyncio.sleep(0.2)
+
+    def on(self, suffix: str) -> list[Received]:
+        topic = f"{self.prefix}/{suffix}"
+        return [m for m in self.messages if m.topic == topic]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return [m.json() for m in self.on("alerts")]
+
+    async def wait_for(
+        self, check: Callable[[MqttWatcher], bool], timeout: float = 30, what: str = "condition"
+    ) -> None:
+        """Wait (bounded) until `check` holds; fail with what was received otherwise."""
+        deadline = time.monotonic() + timeout
+        while not check(self):
+            if time.monotonic() > deadline:
+                got = [(m.topic, m.payload[:120]) for m in self.messages[-15:]]
+                raise AssertionError(f"timed out waiting for {what}; last messages: {got}")
+            await asyncio.sleep(0.05)
+
+
+def sample_segments(base: float | None = None) -> list[dict[str, Any]]:
+    """The shipped sample shift, shifted so that it ends now."""
+    rows = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines() if line]
+    last = max(r["end"] for r in rows)
+    base = (time.time() - last) if base is None else base
+    for row in rows:
+        row["start"] += base
+        row["end"] += base
+    return rows
+
+
+async def publish_all(port: int, items: list[tuple[str, bytes]]) -> None:
+    """Publish (topic, payload) pairs at QoS 1, in order, from a throwaway client."""
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"pub-{uuid.uuid4().hex[:8]}") as c:
+        for topic, payload in items:
+            await c.publish(topic, payload, qos=1)
+
+
+def segment_items(prefix: str, rows: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    return [
+        (f"{prefix}/streams/{r['stream_id']}/transcript", json.dumps(r, ensure_ascii=False).encode())
+        for r in rows
+    ]
+
+
+def events_by_alert(alerts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Alert events grouped by alert id, redeliveries (same id and seq) dropped, as the
+    MQTT contract tells consumers to do."""
+    seen: set[tuple[str, int]] = set()
+    out: dict[str, list[dict[str, Any]]] = {}
+    for event in alerts:
+        key = (event["alert"]["id"], event["seq"])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.setdefault(event["alert"]["id"], []).append(event)
+    return out
+
+
+async def retained(port: int, topics: list[str], wait_s: float = 2.0) -> dict[str, bytes]:
+    """What a new subscriber receives as retained messages on `topics`."""
+    out: dict[str, bytes] = {}
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"late-{uuid.uuid4().hex[:8]}") as c:
+        for topic in topics:
+            await c.subscribe(topic, qos=1)
+        with contextlib.suppress(TimeoutError):
+            async with async_timeout(wait_s):
+                async for msg in c.messages:
+                    if msg.retain and isinstance(msg.payload, bytes):
+                        out[msg.topic.value] = msg.payload
+                    if len(out) == len(topics):
+                        break
+    return out
