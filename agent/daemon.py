@@ -11,6 +11,7 @@ grace period to empty (what remains stays on disk for the next start), announce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -62,8 +63,9 @@ class Daemon:
         self.link = MqttLink(
             cfg.mqtt, resolve_mqtt_password(cfg.mqtt), self.topics, self._on_message, self.stats
         )
-        self.errors = ErrorReporter(self.link, self.topics.errors, cfg.mqtt.errors_per_minute,
-                                    self.stats)
+        self.errors = ErrorReporter(
+            self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
+        )
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
 
@@ -76,7 +78,9 @@ class Daemon:
         stream_id = self.topics.transcript_stream(topic)
         self.stats.received += 1
         if stream_id is None:
-            self._reject(topic, len(raw), InputRejected(RejectReason.invalid_schema, "unknown topic"))
+            self._reject(
+                topic, len(raw), InputRejected(RejectReason.invalid_schema, "unknown topic")
+            )
             return
         try:
             segment = parse_transcript(stream_id, bytes(raw), self.limits, time.time())
@@ -88,7 +92,9 @@ class Daemon:
         if shed is not None:
             self.stats.ingest_shed += 1
             self.errors.report(
-                topic, "queue_full", len(raw),
+                topic,
+                "queue_full",
+                len(raw),
                 f"ingest queue full ({self.queue.maxsize}); shed {shed.stream_id} seq {shed.seq}",
             )
 
@@ -135,8 +141,15 @@ class Daemon:
         events: list[AlertEvent] = []
         for match in matches:
             self.stats.keyword_matches += 1
-            log.info("keyword.match", stream_id=seg.stream_id, seq=seg.seq, fault=match.code,
-                     keyword=match.keyword, matched=match.matched, score=round(match.score, 2))
+            log.info(
+                "keyword.match",
+                stream_id=seg.stream_id,
+                seq=seg.seq,
+                fault=match.code,
+                keyword=match.keyword,
+                matched=match.matched,
+                score=round(match.score, 2),
+            )
             events += self.tracker.observe(
                 Observation(
                     stream_id=seg.stream_id,
@@ -164,17 +177,26 @@ class Daemon:
         for event in events:
             body = {**event.payload(), "device_id": self.cfg.device_id}
             pending.append(
-                PendingEvent(self.topics.alerts, json.dumps(body, ensure_ascii=False).encode(),
-                             event.type.value)
+                PendingEvent(
+                    self.topics.alerts,
+                    json.dumps(body, ensure_ascii=False).encode(),
+                    event.type.value,
+                )
             )
             self.stats.alert_events[event.type.value] += 1
             if event.type is EventType.end:
                 deletes.append((event.alert["stream_id"], event.alert["fault"]))
             elif event.alert_id in active:
                 upserts.append(active[event.alert_id])
-            log.info("alert.event", type=event.type.value, alert_id=event.alert_id,
-                     stream_id=event.alert["stream_id"], fault=event.alert["fault"],
-                     count=event.alert["count"], seq=event.seq)
+            log.info(
+                "alert.event",
+                type=event.type.value,
+                alert_id=event.alert_id,
+                stream_id=event.alert["stream_id"],
+                fault=event.alert["fault"],
+                count=event.alert["count"],
+                seq=event.seq,
+            )
         await self.outbox.append(pending, upserts, deletes)
 
     async def _tick_loop(self) -> None:
@@ -198,7 +220,9 @@ class Daemon:
                     await self.link.publish(row.topic, row.payload, qos=1)
                 except NotConnectedError as exc:
                     self.stats.publish_failures += 1
-                    log.warning("outbox.publish_deferred", error=str(exc), pending=self.outbox.depth)
+                    log.warning(
+                        "outbox.publish_deferred", error=str(exc), pending=self.outbox.depth
+                    )
                     await self.link.wait_disconnected()
                     break
                 await self.outbox.ack(row.id)
@@ -207,10 +231,8 @@ class Daemon:
     async def _status_loop(self) -> None:
         while True:
             await self.link.connected.wait()
-            try:
+            with contextlib.suppress(NotConnectedError):  # the next round publishes again
                 await self.link.publish(self.topics.status, self.status_payload(), retain=True)
-            except NotConnectedError:
-                pass
             await asyncio.sleep(self.cfg.mqtt.status_interval_s)
 
     def status_snapshot(self, state: str = "running") -> dict[str, Any]:
@@ -221,8 +243,11 @@ class Daemon:
             profile=self.cfg.profile,
             llm={"enabled": self.cfg.llm.enabled},
             queue={"depth": len(self.queue), "max": self.queue.maxsize, "shed": self.queue.shed},
-            outbox={"depth": self.outbox.depth, "shed": self.outbox.shed,
-                    "max": self.cfg.outbox.max_events},
+            outbox={
+                "depth": self.outbox.depth,
+                "shed": self.outbox.shed,
+                "max": self.cfg.outbox.max_events,
+            },
             active_alerts=len(self.tracker.active()),
         )
 
@@ -236,10 +261,16 @@ class Daemon:
         await self.outbox.open()
         restored = await self.outbox.active_alerts()
         self.tracker.restore(restored)
-        log.info("agent.starting", version=__version__, profile=self.cfg.profile,
-                 device_id=self.cfg.device_id, config=str(self.loaded.config_path),
-                 faults=len(self.cfg.faults), restored_alerts=len(restored),
-                 outbox_pending=self.outbox.depth)
+        log.info(
+            "agent.starting",
+            version=__version__,
+            profile=self.cfg.profile,
+            device_id=self.cfg.device_id,
+            config=str(self.loaded.config_path),
+            faults=len(self.cfg.faults),
+            restored_alerts=len(restored),
+            outbox_pending=self.outbox.depth,
+        )
         try:
             async with TaskGroup() as tg:
                 link_task = tg.create_task(self.link.run(), name="mqtt.link")

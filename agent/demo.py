@@ -94,11 +94,20 @@ def run_demo(config: Path, sample: Path, speed: float) -> int:
         print(f"-- broker: {broker.kind} on 127.0.0.1:{broker.port}{note}")
         log_path = work / "edge-agent.log"
         argv = [
-            sys.executable, "-m", "agent.cli.edge_agent", "run", "--config", str(config),
-            "--set", f"mqtt.port={broker.port}",
-            "--set", f"outbox.path={work / 'outbox.sqlite'}",
-            "--set", f"streams.defaults.alerts.quiet_end_s={_QUIET_END_S}",
-            "--set", "streams.defaults.alerts.debounce_s=2",
+            sys.executable,
+            "-m",
+            "agent.cli.edge_agent",
+            "run",
+            "--config",
+            str(config),
+            "--set",
+            f"mqtt.port={broker.port}",
+            "--set",
+            f"outbox.path={work / 'outbox.sqlite'}",
+            "--set",
+            f"streams.defaults.alerts.quiet_end_s={_QUIET_END_S}",
+            "--set",
+            "streams.defaults.alerts.debounce_s=2",
         ]
         with log_path.open("wb") as log:
             child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=os.environ)

@@ -20,6 +20,12 @@ import structlog
 
 __all__ = ["configure_logging", "journal_fields"]
 
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 _PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
 
 
@@ -60,7 +66,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> str:
     journal_send = None
     if os.environ.get("JOURNAL_STREAM"):
         try:
-            from systemd import journal
+            from systemd import journal  # type: ignore[attr-defined,unused-ignore]
 
             journal_send = journal.send
         except ImportError:
@@ -73,11 +79,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> str:
         renderer = structlog.processors.JSONRenderer(ensure_ascii=False)
     structlog.configure(
         processors=[*processors, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-            if sys.version_info >= (3, 11)
-            else getattr(logging, level.upper())
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
         cache_logger_on_first_use=False,
     )

@@ -165,7 +165,9 @@ class MqttLink:
 
     # -- publishing ---------------------------------------------------------------------
 
-    async def publish(self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False) -> None:
+    async def publish(
+        self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
+    ) -> None:
         """Publish and, for QoS 1, return only after the broker's PUBACK.
 
         Raises:

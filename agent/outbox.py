@@ -126,8 +126,8 @@ class _Store:
         ).fetchall()
         return [OutboxRow(int(r[0]), str(r[1]), bytes(r[2])) for r in rows]
 
-    def ack(self, row_id: int) -> None:
-        self.db.execute("DELETE FROM outbox WHERE id = ?", (row_id,))
+    def ack(self, row_id: int) -> int:
+        return int(self.db.execute("DELETE FROM outbox WHERE id = ?", (row_id,)).rowcount)
 
     def depth(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
@@ -201,8 +201,8 @@ class Outbox:
         return await self._run(lambda s: s.peek(limit))
 
     async def ack(self, row_id: int) -> None:
-        await self._run(lambda s: s.ack(row_id))
-        self.depth = max(0, self.depth - 1)
+        removed = await self._run(lambda s: s.ack(row_id))  # 0 if shed while in flight
+        self.depth = max(0, self.depth - removed)
 
     async def active_alerts(self) -> list[Alert]:
         return await self._run(lambda s: s.active())
@@ -215,4 +215,3 @@ class Outbox:
 
     async def _call(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
-

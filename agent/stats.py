@@ -62,8 +62,11 @@ class Stats:
                 "shed": self.ingest_shed,
             },
             "detect": {"keyword_matches": self.keyword_matches, "errors": self.detect_errors},
-            "alerts": {"events": dict(self.alert_events), "published": self.published,
-                       "publish_failures": self.publish_failures},
+            "alerts": {
+                "events": dict(self.alert_events),
+                "published": self.published,
+                "publish_failures": self.publish_failures,
+            },
             "errors": {"reported": self.errors_reported, "suppressed": self.errors_suppressed},
             "streams": {
                 sid: {

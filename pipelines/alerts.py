@@ -143,12 +143,16 @@ class AlertTracker:
         self._mono = monotonic
         self._wall = wall
         self._active: dict[tuple[str, str], Alert] = {}
+        self._last_id_ms = 0
 
     def restore(self, alerts: Iterable[Alert]) -> None:
         """Take back alerts that were active before a restart: their ids stay stable and
         their quiet timers start again now."""
         now = self._mono()
         for alert in alerts:
+            tail = alert.id.rsplit(":", 1)[-1]
+            if tail.isdigit():
+                self._last_id_ms = max(self._last_id_ms, int(tail))
             alert.last_match_mono = now
             alert.last_emit_mono = now
             self._active[(alert.stream_id, alert.fault)] = alert
@@ -163,7 +167,7 @@ class AlertTracker:
         alert = self._active.get(key)
         if alert is None:
             alert = Alert(
-                id=f"{obs.stream_id}:{obs.fault}:{int(self._wall() * 1000)}",
+                id=f"{obs.stream_id}:{obs.fault}:{self._next_id_ms()}",
                 stream_id=obs.stream_id,
                 fault=obs.fault,
                 label=obs.label,
@@ -213,6 +217,12 @@ class AlertTracker:
         events = [self._emit(a, EventType.end, now) for a in self._active.values()]
         self._active.clear()
         return events
+
+    def _next_id_ms(self) -> int:
+        # Strictly increasing: an alert raised again in the same millisecond, or after NTP
+        # stepped the clock back, must not reuse an id (consumers dedupe by id + seq).
+        self._last_id_ms = max(int(self._wall() * 1000), self._last_id_ms + 1)
+        return self._last_id_ms
 
     def _emit(self, alert: Alert, kind: EventType, now: float) -> AlertEvent:
         alert.event_seq += 1

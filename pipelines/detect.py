@@ -76,9 +76,27 @@ class FaultRule(BaseModel):
         return self.labels.get(lang or "en", self.labels["en"])
 
 
-_EN_NEGATIONS = ["no", "not", "never", "without", "none", "nothing", "isn't", "aren't",
-                 "wasn't", "weren't", "don't", "doesn't", "didn't", "hasn't", "haven't", "zero"]
+_EN_NEGATIONS = [
+    "no",
+    "not",
+    "never",
+    "without",
+    "none",
+    "nothing",
+    "isn't",
+    "aren't",
+    "wasn't",
+    "weren't",
+    "don't",
+    "doesn't",
+    "didn't",
+    "hasn't",
+    "haven't",
+    "zero",
+]
 _ZH_NEGATIONS = ["没有", "没", "无", "不", "未", "非", "别", "并非"]
+# Ordinary words that contain a negation character but negate nothing (持续不断的轴承异响).
+_ZH_NOT_NEGATIONS = ["不断", "不停", "不止", "不好", "不妙", "不对", "不少", "无论", "非常", "无法"]
 # "bearing noise is gone", "轴承异响已消除": the fault is mentioned to say it is over.
 _EN_CLEARED = ["normal", "fine", "ok", "okay", "resolved", "cleared", "fixed", "gone"]
 _ZH_CLEARED = ["正常", "消失", "消除", "排除", "解除", "恢复"]
@@ -156,6 +174,21 @@ def _allowed_edits(word: str, cap: int) -> int:
     return min(cap, 1 if len(word) <= 7 else 2)
 
 
+def _near(heard: str, keyword: str, cap: int) -> int | None:
+    """Edits between a heard word and a keyword word, if close enough to count.
+
+    ASR misspells inside a word (noice, bearings) but rarely loses its first letter, and a
+    word of another length is usually another word (stop is not estop, overhead is not
+    overheated): so the first letter must agree and the lengths differ by one at most.
+    """
+    if heard == keyword:
+        return 0
+    if not heard or heard[0] != keyword[0] or abs(len(heard) - len(keyword)) > 1:
+        return None
+    d = Levenshtein.distance(heard, keyword)
+    return d if d <= _allowed_edits(keyword, cap) else None
+
+
 class KeywordDetector:
     """Finds catalogue faults in transcript text; at most one match per fault per call."""
 
@@ -196,9 +229,9 @@ class KeywordDetector:
         """Faults spoken in `text`. `context` is text heard just before it (the end of the
         previous segment): it can complete a phrase or carry a negation, but a match lying
         wholly inside it is not reported again."""
-        before = units(context)
-        seq = [*before, *units(text)]
-        first_new = len(before)
+        first_new = len(units(context))
+        # A segment boundary is no clause break: "there is no" + "bearing noise" is negated.
+        seq = units(f"{context} {text}") if context else units(text)
         best: dict[str, KeywordMatch] = {}
         for phrase in self._phrases:
             if phrase.code in exclude:
@@ -270,8 +303,7 @@ class KeywordDetector:
         cap = self._settings.max_word_edits
         # Compound split or joined: compare without spaces.
         if len(window) != len(words) or len(words) == 1:
-            joined, target = "".join(window), "".join(words)
-            if Levenshtein.distance(joined, target) <= _allowed_edits(target, cap):
+            if _near("".join(window), "".join(words), cap) is not None:
                 return 0.9
         if len(window) < len(words):
             return None
@@ -281,8 +313,8 @@ class KeywordDetector:
         j = 0
         for k, word in enumerate(words):
             while j < len(window):
-                d = Levenshtein.distance(window[j], word)
-                if d <= _allowed_edits(word, cap):
+                d = _near(window[j], word, cap)
+                if d is not None:
                     edits += d
                     break
                 if k == 0:
@@ -298,7 +330,9 @@ class KeywordDetector:
 
     def _negated(self, seq: list[Unit], start: int, end: int, phrase: _Phrase) -> bool:
         window = self._settings.negation_window
-        before = seq[max(0, start - window) : start]
+        # A negation governs its own clause: "no smoke, but bearing noise" still alerts.
+        clause = seq[start].clause
+        before = [u for u in seq[max(0, start - window) : start] if u.clause == clause]
         span = seq[start:end]
         for u in (*before, *span):
             if not u.cjk and (u.text in self._en_cues or u.text in self._other_cues):
@@ -306,6 +340,8 @@ class KeywordDetector:
         # Chinese cues are character strings: look in the characters just before the match
         # and inside it (温度没有超限 never matches 温度超限, but 没有轴承异响 must be dropped).
         cjk_before = "".join(u.text for u in before if u.cjk)
+        for word in _ZH_NOT_NEGATIONS:
+            cjk_before = cjk_before.replace(word, "")
         cjk_span = "".join(u.text for u in span if u.cjk)
         own = "".join(phrase.words)  # a cue that is part of the keyword (不平衡) is no negation
         if any(c in cjk_before or (c in cjk_span and c not in own) for c in self._zh_cues):
@@ -326,4 +362,3 @@ class KeywordDetector:
         for link in _ZH_LINKS:
             chars = chars.removeprefix(link)
         return chars.startswith(self._zh_cleared) if self._zh_cleared else False
-

@@ -66,7 +66,9 @@ class IngestLimits:
     max_future_skew_s: float = 300.0
 
 
-def parse_transcript(topic_stream: str, payload: bytes, limits: IngestLimits, now: float) -> Segment:
+def parse_transcript(
+    topic_stream: str, payload: bytes, limits: IngestLimits, now: float
+) -> Segment:
     """Decode one payload received on the transcript topic of `topic_stream`.
 
     Raises:

@@ -15,6 +15,8 @@ __all__ = ["Unit", "is_cjk", "join_units", "normalize", "units"]
 
 # CJK Unified Ideographs (+ extension A) and the compatibility block: one unit per character.
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# NFKC has already turned full-width CJK punctuation (，！？；：) into these.
+_CLAUSE_BREAK = re.compile(r"[,.;:!?、。\n]")
 _CJK_RANGES = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _WORD = re.compile(rf"[{_CJK_RANGES}]|[^\W_{_CJK_RANGES}]+(?:['’][^\W_{_CJK_RANGES}]+)*")
 
@@ -46,6 +48,7 @@ class Unit:
     text: str
     start: int
     end: int
+    clause: int = 0  # increments after clause punctuation (, . ; : ! ? and CJK forms)
 
     @property
     def cjk(self) -> bool:
@@ -55,7 +58,12 @@ class Unit:
 def units(text: str) -> list[Unit]:
     """Split text into words and single CJK characters (punctuation and spaces dropped)."""
     nfkc = unicodedata.normalize("NFKC", text)
-    return [
-        Unit(m.group(0).casefold().replace("’", "'"), m.start(), m.end())
-        for m in _WORD.finditer(nfkc)
-    ]
+    out: list[Unit] = []
+    clause = 0
+    last_end = 0
+    for m in _WORD.finditer(nfkc):
+        if _CLAUSE_BREAK.search(nfkc, last_end, m.start()):
+            clause += 1
+        out.append(Unit(m.group(0).casefold().replace("’", "'"), m.start(), m.end(), clause))
+        last_end = m.end()
+    return out

@@ -84,6 +84,12 @@ class StreamTimeline:
         if not tail or expected == 0:
             return expected
         head = [u.text for u in seg_units[: 2 * expected + 8]]
+        # Best case: the segment starts with exactly the words we ended on. Take the
+        # longest such run, so a fault named again later in the segment is not mistaken
+        # for the repeat.
+        for k in range(min(len(tail), len(head)), max(1, expected // 2) - 1, -1):
+            if tail[-k:] == head[:k]:
+                return k
         matcher = SequenceMatcher(None, tail, head, autojunk=False)
         best = None
         matched = 0

@@ -152,7 +152,10 @@ async def publish_all(port: int, items: list[tuple[str, bytes]]) -> None:
 
 def segment_items(prefix: str, rows: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     return [
-        (f"{prefix}/streams/{r['stream_id']}/transcript", json.dumps(r, ensure_ascii=False).encode())
+        (
+            f"{prefix}/streams/{r['stream_id']}/transcript",
+            json.dumps(r, ensure_ascii=False).encode(),
+        )
         for r in rows
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import time
@@ -58,8 +59,9 @@ def _assert_lifecycles(by_alert: dict[str, list[dict[str, Any]]]) -> None:
         assert all(t == "update" for t in types[1:-1]), (alert_id, types)
 
 
-async def test_segments_in_alerts_out(agent_factory: Any, watcher: MqttWatcher, prefix: str,
-                                      broker: DevBroker) -> None:
+async def test_segments_in_alerts_out(
+    agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker
+) -> None:
     """The sample shift yields exactly the spoken faults (negations stay silent, overlapping
     windows count once), with status and availability kept, and SIGTERM ends it cleanly."""
     agent = agent_factory().start()
@@ -104,8 +106,9 @@ async def test_segments_in_alerts_out(agent_factory: Any, watcher: MqttWatcher, 
     ]
 
 
-async def test_broker_outage_loses_nothing(agent_factory: Any, watcher: MqttWatcher, prefix: str,
-                                           broker: DevBroker, tmp_path: Path) -> None:
+async def test_broker_outage_loses_nothing(
+    agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker, tmp_path: Path
+) -> None:
     """With the broker stopped for 10 s, the alert events produced meanwhile wait on disk and
     arrive, in order, once it is back; the stream then goes on as before."""
     agent = agent_factory(
@@ -124,7 +127,7 @@ async def test_broker_outage_loses_nothing(agent_factory: Any, watcher: MqttWatc
     outbox = tmp_path / "state" / "outbox.sqlite"
     # The mic1 alerts go quiet during the outage: their end events must wait in the outbox.
     while time.monotonic() - outage_began < 10:
-        time.sleep(0.2)
+        await asyncio.sleep(0.2)
     waiting = _outbox_rows(outbox)
     assert sorted(kind for kind, _ in waiting) == ["end"] * len(mic1)
     broker.start()
@@ -154,9 +157,9 @@ async def test_broker_outage_loses_nothing(agent_factory: Any, watcher: MqttWatc
     assert agent.alive
 
 
-async def test_sigkill_before_puback_redelivers(agent_factory: Any, watcher: MqttWatcher,
-                                                prefix: str, broker: DevBroker,
-                                                tmp_path: Path) -> None:
+async def test_sigkill_before_puback_redelivers(
+    agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker, tmp_path: Path
+) -> None:
     """Events published but never acknowledged (broker frozen) survive a SIGKILL of the
     service and are delivered after it restarts; consumers dedupe by (id, seq)."""
     overrides = ("streams.defaults.alerts.quiet_end_s=2", "streams.defaults.alerts.debounce_s=0")
@@ -171,7 +174,7 @@ async def test_sigkill_before_puback_redelivers(agent_factory: Any, watcher: Mqt
     outbox = tmp_path / "state" / "outbox.sqlite"
     deadline = time.monotonic() + 20
     while len(_outbox_rows(outbox)) < len(mic2) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        await asyncio.sleep(0.1)
     pending = _outbox_rows(outbox)
     assert sorted(kind for kind, _ in pending) == ["end"] * len(mic2)
     assert any(e["event"] == "alert.event" and e["type"] == "end" for e in agent.events())
@@ -180,8 +183,10 @@ async def test_sigkill_before_puback_redelivers(agent_factory: Any, watcher: Mqt
 
     restarted = agent_factory(*overrides).start()
     await watcher.wait_for(
-        lambda w: {e["alert"]["id"] for e in w.alerts() if e["type"] == "end"}
-        >= {json.loads(p)["alert"]["id"] for _, p in pending},
+        lambda w: (
+            {e["alert"]["id"] for e in w.alerts() if e["type"] == "end"}
+            >= {json.loads(p)["alert"]["id"] for _, p in pending}
+        ),
         what="the unacknowledged end events",
     )
     by_alert = events_by_alert(watcher.alerts())
@@ -196,8 +201,9 @@ async def test_sigkill_before_puback_redelivers(agent_factory: Any, watcher: Mqt
     assert restarted.terminate() == 0
 
 
-async def test_malformed_payloads_reported_and_skipped(agent_factory: Any, watcher: MqttWatcher,
-                                                       prefix: str, broker: DevBroker) -> None:
+async def test_malformed_payloads_reported_and_skipped(
+    agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker
+) -> None:
     """Every kind of bad input is counted and reported on <prefix>/errors, and the service
     still turns the next good segment into an alert."""
     agent = agent_factory(
@@ -207,8 +213,14 @@ async def test_malformed_payloads_reported_and_skipped(agent_factory: Any, watch
     ).start()
     await watcher.wait_for(lambda w: "online" in _available(w), what="online")
     now = time.time()
-    good = {"stream_id": "line3-mic1", "seq": 1, "start": now - 5, "end": now,
-            "text": "motor overload alarm on the press", "lang": "en"}
+    good = {
+        "stream_id": "line3-mic1",
+        "seq": 1,
+        "start": now - 5,
+        "end": now,
+        "text": "motor overload alarm on the press",
+        "lang": "en",
+    }
     topic = f"{prefix}/streams/line3-mic1/transcript"
     bad: list[tuple[str, bytes, str]] = [
         (topic, b"{not json", "invalid_json"),
@@ -218,10 +230,16 @@ async def test_malformed_payloads_reported_and_skipped(agent_factory: Any, watch
         (topic, json.dumps({**good, "text": "x" * 2000}).encode(), "too_large"),
         (topic, b"\xff\xfe\x00garbage", "not_utf8"),
         (topic, json.dumps({**good, "stream_id": "line3-mic2"}).encode(), "stream_mismatch"),
-        (f"{prefix}/streams/intruder/transcript", json.dumps({**good, "stream_id": "intruder"})
-         .encode(), "stream_not_allowed"),
-        (topic, json.dumps({**good, "start": now + 3600, "end": now + 3601}).encode(),
-         "from_future"),
+        (
+            f"{prefix}/streams/intruder/transcript",
+            json.dumps({**good, "stream_id": "intruder"}).encode(),
+            "stream_not_allowed",
+        ),
+        (
+            topic,
+            json.dumps({**good, "start": now + 3600, "end": now + 3601}).encode(),
+            "from_future",
+        ),
     ]
     await publish_all(broker.port, [(t, p) for t, p, _ in bad])
     await publish_all(broker.port, [(topic, json.dumps(good).encode())])

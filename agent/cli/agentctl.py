@@ -59,7 +59,10 @@ def show(
     loaded = load_or_exit(config, set_ or [])
     data: dict[str, Any] = loaded.config.model_dump(mode="json")
     if stream is not None:
-        data = {"stream": stream, **loaded.config.streams.for_stream(stream).model_dump(mode="json")}
+        data = {
+            "stream": stream,
+            **loaded.config.streams.for_stream(stream).model_dump(mode="json"),
+        }
     if as_json:
         typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
     else:

@@ -18,7 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from agent.config.merge import deep_merge
-from agent.config.models import AgentConfig, MqttSettings
+from agent.config.models import AgentConfig, LocatedError, MqttSettings
 
 __all__ = [
     "PASSWORD_ENV",
@@ -155,10 +155,22 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _lookup(data: Any, loc: KeyPath) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
 def _issues_from(exc: ValidationError, provenance: Mapping[KeyPath, Where]) -> list[ConfigIssue]:
     issues = []
     for err in exc.errors(include_url=False):
         loc: KeyPath = tuple(err["loc"])
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, LocatedError):
+            loc = (*loc, *cause.loc)
         where: Where = ("(defaults)", None)
         for n in range(len(loc), 0, -1):
             if loc[:n] in provenance:
@@ -166,6 +178,8 @@ def _issues_from(exc: ValidationError, provenance: Mapping[KeyPath, Where]) -> l
                 break
         path = ".".join(str(p) for p in loc)
         value = "(missing)" if err["type"] == "missing" else _short(err.get("input"))
+        if isinstance(cause, LocatedError):
+            value = _short(_lookup(err.get("input"), cause.loc))
         reason = err["msg"].removeprefix("Value error, ")
         issues.append(ConfigIssue(where[0], where[1], path, value, reason))
     return issues
@@ -192,7 +206,9 @@ def load_config(
             provenance[path] = (f"--set {option}", None)
     name = profile or override_data.get("profile") or data.get("profile") or DEFAULT_PROFILE
     if not isinstance(name, str):
-        raise ConfigError([ConfigIssue(str(config_path), None, "profile", _short(name), "not a name")])
+        raise ConfigError(
+            [ConfigIssue(str(config_path), None, "profile", _short(name), "not a name")]
+        )
     profile_path = _profile_path(name, config_path)
     profile_data, profile_lines = _read_yaml(profile_path)
     description = profile_data.pop("description", None)

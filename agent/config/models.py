@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from typing_extensions import Self
 
 from agent.config.merge import deep_merge
+from agent.engine.profile import EngineProfile
 from pipelines.detect import FaultRule, KeywordSettings
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "AlertOverride",
     "AlertSettings",
     "IngestSettings",
+    "LocatedError",
     "LlmSettings",
     "LogFormat",
     "LoggingSettings",
@@ -35,6 +37,15 @@ __all__ = [
 ]
 
 _TOPIC_LEVEL = re.compile(r"^[^#+\x00]+$")
+
+
+class LocatedError(ValueError):
+    """A cross-field error that knows which key it is about, so the loader can point at that
+    key's line instead of at the whole file."""
+
+    def __init__(self, message: str, loc: tuple[str | int, ...]) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 class _Model(BaseModel):
@@ -110,7 +121,10 @@ class MqttSettings(_Model):
         description="How long to wait for the broker's PUBACK before treating the link as down.",
     )
     status_interval_s: float = Field(
-        15.0, gt=0, title="Status interval", description="Seconds between retained status snapshots."
+        15.0,
+        gt=0,
+        title="Status interval",
+        description="Seconds between retained status snapshots.",
     )
     errors_per_minute: int = Field(
         60,
@@ -323,24 +337,31 @@ class AgentConfig(_Model):
         default_factory=OutboxSettings, title="Outbox", description="Durable alert outbox."
     )
     llm: LlmSettings = Field(default_factory=LlmSettings, title="LLM", description="Slow tier.")
+    engine: EngineProfile | None = Field(
+        None,
+        title="Engine",
+        description="The embedded vLLM engine's settings; normally from the device profile.",
+    )
     logging: LoggingSettings = Field(
         default_factory=LoggingSettings, title="Logging", description="Log output."
     )
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Self:
-        codes = [f.code for f in self.faults]
-        dupes = sorted({c for c in codes if codes.count(c) > 1})
-        if dupes:
-            raise ValueError(f"fault codes must be unique, repeated: {', '.join(dupes)}")
-        known = set(codes)
-        for stream_id, override in self.streams.overrides.items():
-            unknown = sorted(set(override.disabled_faults or ()) - known)
-            if unknown:
-                raise ValueError(
-                    f"streams.overrides.{stream_id}.disabled_faults: unknown codes {unknown}"
+        seen: set[str] = set()
+        for i, fault in enumerate(self.faults):
+            if fault.code in seen:
+                raise LocatedError(
+                    f"fault codes must be unique: {fault.code!r} is repeated", ("faults", i, "code")
                 )
-        unknown = sorted(set(self.streams.defaults.disabled_faults) - known)
-        if unknown:
-            raise ValueError(f"streams.defaults.disabled_faults: unknown codes {unknown}")
+            seen.add(fault.code)
+        lists = [(("streams", "defaults", "disabled_faults"), self.streams.defaults.disabled_faults)]
+        lists += [
+            (("streams", "overrides", sid, "disabled_faults"), o.disabled_faults or [])
+            for sid, o in self.streams.overrides.items()
+        ]
+        for loc, codes in lists:
+            for j, code in enumerate(codes):
+                if code not in seen:
+                    raise LocatedError(f"unknown codes {[code]}", (*loc, j))
         return self

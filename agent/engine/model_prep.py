@@ -31,6 +31,7 @@ from typing import Any
 
 import structlog
 
+from agent.engine.lazy import require_module
 from agent.engine.paths import default_model_dir
 
 __all__ = ["MARKER_NAME", "ModelPrepError", "ensure_default_model", "find_smollm2_gguf", "main"]
@@ -83,14 +84,14 @@ def _convert(gguf: Path, out: Path) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+    torch = require_module("torch")
+    transformers = require_module("transformers")
+    require_module("transformers.utils.logging").disable_progress_bar()
     src, name = str(gguf.parent), gguf.name
-    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(
+    tokenizer = transformers.AutoTokenizer.from_pretrained(
+        src, gguf_file=name, local_files_only=True
+    )
+    model = transformers.AutoModelForCausalLM.from_pretrained(
         src, gguf_file=name, dtype=torch.bfloat16, local_files_only=True
     )
     model.hf_quantizer = None
@@ -141,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m agent.engine.model_prep",
         description="Convert the bundled SmolLM2-135M-Instruct GGUF to an HF folder; print it.",
     )
-    parser.add_argument("--cache-dir", type=Path, default=None, help="default: $EDGE_AGENT_CACHE_DIR")
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help="default: $EDGE_AGENT_CACHE_DIR"
+    )
     args = parser.parse_args(argv)
     try:
         path = ensure_default_model(args.cache_dir)

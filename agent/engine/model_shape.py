@@ -118,8 +118,14 @@ def _attention_params(cfg: Mapping[str, Any], hidden: int, heads: int, kv: int, 
         rope = _int(cfg, "qk_rope_head_dim", default=64) or 64
         nope = _int(cfg, "qk_nope_head_dim", default=128) or 128
         v_hd = _int(cfg, "v_head_dim", default=128) or 128
-        q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
-        return q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_hd) + heads * v_hd * hidden
+        q = (
+            hidden * q_lora + q_lora * heads * (nope + rope)
+            if q_lora
+            else hidden * heads * (nope + rope)
+        )
+        return (
+            q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_hd) + heads * v_hd * hidden
+        )
     qk_norm = 2 * hd if str(cfg.get("model_type", "")).startswith("qwen3") else 0
     return hidden * heads * hd + 2 * hidden * kv * hd + heads * hd * hidden + qk_norm
 

@@ -64,6 +64,13 @@ class DeviceSettings(_Model):
         "engine must fit in memory_bytes minus this. Ignored on a discrete GPU, where "
         "gpu_memory_utilization leaves the rest.",
     )
+    runtime_overhead_bytes: ByteSize = Field(
+        ByteSize(1 << 30),
+        title="Runtime overhead",
+        description="Memory the engine takes besides weights, KV, activations and graphs: "
+        "the Python processes (torch and vLLM imported twice: frontend and engine core) "
+        "and, on CUDA, the context and library workspaces.",
+    )
     memory_bandwidth_gbps: float | None = Field(
         None,
         gt=0,
@@ -124,7 +131,10 @@ class CudaGraphSettings(_Model):
         if self.capture_sizes is not None:
             if not self.capture_sizes or min(self.capture_sizes) < 1:
                 raise ValueError("capture_sizes must be positive integers")
-            if self.max_capture_size is not None and max(self.capture_sizes) > self.max_capture_size:
+            if (
+                self.max_capture_size is not None
+                and max(self.capture_sizes) > self.max_capture_size
+            ):
                 raise ValueError("capture_sizes exceed max_capture_size")
         return self
 
@@ -245,18 +255,13 @@ class EngineProfile(_Model):
         description="Chunked-prefill budget per engine step, decode tokens included. Smaller "
         "chunks bound the inter-token gap of a decoding stream while another prefills.",
     )
-    max_num_partial_prefills: int = Field(
-        1,
-        ge=1,
-        title="Partial prefills",
-        description="Prompts prefilled concurrently (vLLM default 1).",
-    )
     long_prefill_token_threshold: int | None = Field(
         None,
         ge=1,
         title="Long-prefill threshold",
-        description="Prompts longer than this count as long for max_long_partial_prefills; "
-        "None keeps vLLM's default.",
+        description="Prompts longer than this are prefilled at most this many tokens per "
+        "step, so one long re-prefill cannot take a whole step's budget from a decoding "
+        "stream. None keeps vLLM's default.",
     )
     enable_prefix_caching: bool = Field(
         True,
@@ -267,7 +272,8 @@ class EngineProfile(_Model):
         None,
         ge=1,
         title="KV block size",
-        description="Tokens per KV block; None keeps the backend's default (16 on CUDA, 128 on CPU).",
+        description="Tokens per KV block; None keeps the backend's default (16 on CUDA, "
+        "128 on CPU).",
     )
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = Field(
         "auto",
@@ -313,15 +319,18 @@ class EngineProfile(_Model):
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("max_num_batched_tokens must be at least max_num_seqs")
         mem = self.memory
-        if self.device.kind == "cuda" and mem.kv_cache_memory_bytes is not None:
-            # vLLM's GPU worker checks free memory >= gpu_memory_utilization x total at
-            # start even when the KV size is fixed; its default (0.92) of a Jetson's whole
-            # RAM is never free, so the profile must state a realistic fraction.
-            if mem.gpu_memory_utilization is None:
-                raise ValueError(
-                    "memory.gpu_memory_utilization must be set next to kv_cache_memory_bytes "
-                    "on cuda: vLLM still checks that fraction of device memory is free at start"
-                )
+        # vLLM's GPU worker checks free memory >= gpu_memory_utilization x total at start
+        # even when the KV size is fixed; its default (0.92) of a Jetson's whole RAM is
+        # never free, so the profile must state a realistic fraction.
+        if (
+            self.device.kind == "cuda"
+            and mem.kv_cache_memory_bytes is not None
+            and mem.gpu_memory_utilization is None
+        ):
+            raise ValueError(
+                "memory.gpu_memory_utilization must be set next to kv_cache_memory_bytes "
+                "on cuda: vLLM still checks that fraction of device memory is free at start"
+            )
         need = self.graph_tokens_needed()
         graphs = self.cuda_graphs
         if need and graphs.capture_sizes is not None and max(graphs.capture_sizes) < need:

@@ -127,7 +127,9 @@ def choose_speculation(
     # zero, pure overhead. Random weights everywhere (dummy) make that moot.
     mtp_usable = mtp is not None and (mtp.weights_present is not False or dummy)
     if spec.method == "mtp" and not mtp_usable:
-        why = "declares no MTP layers" if mtp is None else "declares MTP layers but ships no weights"
+        why = (
+            "declares no MTP layers" if mtp is None else "declares MTP layers but ships no weights"
+        )
         raise ValueError(f"speculative.method is mtp but {model_dir} {why}")
     if mtp is not None and mtp_usable and spec.method in ("auto", "mtp"):
         if k > mtp.layers and k % mtp.layers:

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent.engine.lazy import require_module
+
 __all__ = ["EngineStats", "LatencyWindow", "StatsCollector", "stat_logger_factory"]
 
 _WINDOW = 512  # latencies kept for percentiles: recent behaviour, bounded memory
@@ -193,9 +195,9 @@ def stat_logger_factory(collector: StatsCollector) -> Callable[..., Any]:
     vLLM calls the factory as factory(vllm_config, engine_index) per engine core; the
     class itself is that callable.
     """
-    from vllm.v1.metrics.loggers import StatLoggerBase
+    base = require_module("vllm.v1.metrics.loggers").StatLoggerBase
 
-    class _CollectorLogger(StatLoggerBase):  # type: ignore[misc]  # vLLM is untyped here
+    class _CollectorLogger(base):  # type: ignore[misc,valid-type]  # vLLM comes in as Any
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             self._vllm_config = vllm_config
             self._engine_index = engine_index
@@ -215,4 +217,3 @@ def stat_logger_factory(collector: StatsCollector) -> Callable[..., Any]:
             collector.on_config(self._vllm_config)
 
     return _CollectorLogger
-

@@ -1,0 +1,342 @@
+"""The memory planner: will this model run with this profile, and with how much context?
+
+Read before anything is loaded (config.json and safetensors headers only), so that the
+service can refuse an impossible profile with a sentence instead of dying inside vLLM's
+startup. The arithmetic, for one sequence at max_model_len:
+
+    KV bytes/token  = full-attention layers x (2 x KV heads x head dim, or the MLA latent
+                      kv_lora_rank + qk_rope_head_dim) x KV dtype bytes
+    fixed per seq   = linear-attention state + sliding-window layers x window
+    KV budget       = kv_cache_memory_bytes, or
+                      gpu_memory_utilization x device memory - weights - activations
+                      - CUDA graphs - runtime
+    engine total    = runtime + weights + activations + CUDA graphs + KV budget, which must
+                      fit memory_bytes - reserve_bytes on unified memory / CPU
+
+Activations and graphs are allowances, not measurements (documented in docs/engine.md);
+weights and KV are exact for dense models (vLLM sizes its pool with the same formula).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.engine.model_config import (
+    SAFETENSORS_DTYPE_BYTES,
+    ModelFolderError,
+    read_config,
+    safetensors_files,
+    tensor_infos,
+    text_config,
+)
+from agent.engine.model_shape import ModelShape, model_shape
+from agent.engine.profile import EngineProfile, load_engine_profile
+
+__all__ = ["MemoryPlan", "PlanError", "plan_command", "plan_memory"]
+
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+_DTYPE_LABEL = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_FLOAT_TENSORS = {"F32", "F16", "BF16"}  # cast to the engine dtype on load; others kept
+_UNSCALED_ROPE = {"default", "llama3", "longrope", "su", "mrope", "linear_dynamic"}
+_DEFAULT_UTIL = 0.92  # vLLM's default gpu_memory_utilization
+
+
+class PlanError(Exception):
+    """The model folder cannot be planned (missing or unreadable config)."""
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    model_dir: Path
+    shape: ModelShape
+    dtype: str
+    kv_dtype_label: str
+    weight_bytes: int
+    weights_source: str
+    kv_bytes_per_token: int
+    fixed_bytes_per_seq: int
+    activation_bytes: int
+    graph_bytes: int
+    graph_sizes: int
+    runtime_bytes: int
+    kv_budget_bytes: int
+    kv_budget_source: str
+    engine_total_bytes: int
+    engine_limit_bytes: int
+    kv_needed_bytes: int
+    kv_capacity_tokens: int
+    position_limit: int | None
+    max_context_tokens: int
+    max_context_fp8_tokens: int | None
+    max_model_len: int
+    decode_floor_tps: float | None
+    fits: bool
+    verdict: str
+
+    def render(self, profile_name: str | None = None) -> str:
+        s = self.shape
+        kv_elems = s.kv_elements_per_token_per_layer()
+        how = (
+            f"MLA latent {kv_elems}"
+            if s.mla_latent_dim is not None
+            else f"2 x {s.num_kv_heads} KV heads x {s.head_dim}"
+        )
+        kv_bytes = self.kv_bytes_per_token // max(1, s.full_attention_layers * kv_elems)
+        lines = [("profile", profile_name)] if profile_name else []
+        lines += [
+            ("model", f"{self.model_dir} ({s.architecture}, {s.describe_layers()})"),
+            ("weights", f"{_gb(self.weight_bytes)} {self.dtype} ({self.weights_source})"),
+            (
+                "KV / token",
+                f"{_kb(self.kv_bytes_per_token)} {self.kv_dtype_label} "
+                f"({s.full_attention_layers} full-attention layers x {how} x {kv_bytes} B)",
+            ),
+        ]
+        if self.fixed_bytes_per_seq:
+            lines.append(
+                ("fixed / seq", f"{_gb(self.fixed_bytes_per_seq)} (linear state, windows)")
+            )
+        lines += [
+            ("activations", f"{_gb(self.activation_bytes)} (allowance for one prefill chunk)"),
+            ("CUDA graphs", f"{_gb(self.graph_bytes)} ({self.graph_sizes} capture sizes)"),
+            ("runtime", f"{_gb(self.runtime_bytes)} (processes, CUDA context)"),
+            ("KV budget", f"{_gb(self.kv_budget_bytes)} ({self.kv_budget_source})"),
+            ("engine total", f"{_gb(self.engine_total_bytes)} of {_gb(self.engine_limit_bytes)}"),
+            ("KV capacity", f"{self.kv_capacity_tokens:,} tokens"),
+        ]
+        ctx = f"{_ctx(self.max_context_tokens)}"
+        if self.position_limit is not None and self.max_context_tokens == self.position_limit:
+            ctx += " (the model's position limit)"
+        if self.max_context_fp8_tokens is not None:
+            ctx += f"; with fp8 KV: {_ctx(self.max_context_fp8_tokens)}"
+        lines.append(("largest context", ctx))
+        if self.decode_floor_tps is not None:
+            lines.append(("decode ceiling", f"{self.decode_floor_tps:.1f} tok/s at batch 1 "
+                          "(weights read once per token)"))  # fmt: skip
+        lines.append(("verdict", self.verdict))
+        width = max(len(k) for k, _ in lines)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
+
+
+def _gb(n: int | float) -> str:
+    return f"{n / 1e9:.1f} GB" if abs(n) >= 1e8 else f"{n / 1e6:.0f} MB"
+
+
+def _kb(n: int) -> str:
+    return f"{n / 1e3:.1f} KB"
+
+
+def _ctx(tokens: int) -> str:
+    if tokens >= 1024 and tokens % 1024 == 0:
+        return f"{tokens // 1024}K"
+    return f"{tokens:,} tokens"
+
+
+def _resolve_dtype(profile_dtype: str, config_dtype: str | None) -> str:
+    if profile_dtype != "auto":
+        return profile_dtype
+    name = (config_dtype or "bfloat16").replace("torch.", "")
+    # vLLM's auto dtype downcasts float32 checkpoints to the platform's half type.
+    return "bfloat16" if name not in ("bfloat16", "float16") else name
+
+
+def _position_limit(cfg: Mapping[str, Any]) -> int | None:
+    base = cfg.get("max_position_embeddings")
+    if not isinstance(base, int):
+        return None
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if isinstance(rope, Mapping):
+        kind = str(rope.get("rope_type") or rope.get("type") or "default")
+        factor = rope.get("factor")
+        if kind not in _UNSCALED_ROPE and isinstance(factor, int | float) and factor > 1:
+            original = rope.get("original_max_position_embeddings")
+            start = original if isinstance(original, int) else base
+            return int(start * factor)
+    return base
+
+
+def _weights(
+    model_dir: Path, profile: EngineProfile, shape: ModelShape, dtype_bytes: int
+) -> tuple[int, str]:
+    files = safetensors_files(model_dir)
+    if profile.load_format == "dummy" or not files:
+        why = "dummy load" if profile.load_format == "dummy" else "no weight files"
+        return shape.estimated_params * dtype_bytes, f"estimated from config, {why}"
+    total = 0
+    for t in tensor_infos(model_dir):
+        if t.dtype in _FLOAT_TENSORS:
+            total += t.numel * dtype_bytes
+        else:  # quantized payloads stay as stored
+            total += t.nbytes or math.ceil(t.numel * SAFETENSORS_DTYPE_BYTES.get(t.dtype, 1))
+    n = len(files)
+    return total, f"{n} safetensors file{'s' if n > 1 else ''}"
+
+
+def _activations(profile: EngineProfile, shape: ModelShape, dtype_bytes: int, k: int) -> int:
+    """Peak of one forward pass over a full prefill chunk, plus the sampler's logits.
+
+    Per token: the residual stream and its normed copy, q/k/v and the attention output,
+    the MLP's gate+up and activated intermediate; logits in fp32 for every sequence's
+    verify positions, twice (logits and probabilities).
+    """
+    s = shape
+    qkv = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim
+    per_token = (4 * s.hidden_size + qkv + 3 * s.mlp_width) * dtype_bytes
+    logits = profile.max_num_seqs * (1 + k) * s.vocab_size * 4 * 2
+    return profile.max_num_batched_tokens * per_token + logits
+
+
+def _graphs(profile: EngineProfile, k: int) -> tuple[int, int]:
+    """(bytes, number of capture sizes): a coarse allowance, vLLM logs 0.1-1 GiB."""
+    if profile.graph_tokens_needed() == 0 and (
+        profile.enforce_eager or profile.device.kind != "cuda" or profile.cuda_graphs.mode == "NONE"
+    ):
+        return 0, 0
+    sizes = profile.capture_sizes_for(k)
+    if sizes is None:
+        limit = profile.cuda_graphs.max_capture_size or min(512, 2 * profile.max_num_seqs * (1 + k))
+        sizes = [s for s in (1, 2, 4, *range(8, 256, 8), *range(256, 1025, 16)) if s <= limit]
+    per_size = 2 << 20
+    both = 2 if profile.cuda_graphs.mode == "FULL_AND_PIECEWISE" else 1
+    return (64 << 20) + per_size * len(sizes) * both, len(sizes)
+
+
+def _capacity(budget: int, fixed: int, per_token: int, block: int, cap: int) -> int:
+    if per_token <= 0:
+        return cap
+    blocks = max(0, budget - fixed) // (per_token * block)
+    return min(cap, blocks * block)
+
+
+def _kv_rates(
+    shape: ModelShape, profile: EngineProfile, dtype_bytes: int, kv_bytes: int
+) -> tuple[int, int]:
+    """(KV bytes per token, fixed bytes per sequence) at `kv_bytes` per KV element."""
+    per_layer = shape.kv_elements_per_token_per_layer() * kv_bytes
+    window = min(shape.sliding_window or 0, profile.max_model_len)
+    # Recurrent state stays in the model dtype: an fp8 KV cache does not shrink it.
+    fixed = shape.linear_layers * shape.linear_state_elements * dtype_bytes
+    return (
+        shape.full_attention_layers * per_layer,
+        fixed + shape.sliding_layers * window * per_layer,
+    )
+
+
+def _budget(profile: EngineProfile, non_kv: int) -> tuple[int, int, str]:
+    """(KV budget, memory limit of the whole engine, where the budget comes from)."""
+    device, mem = profile.device, profile.memory
+    util = mem.gpu_memory_utilization
+    shares_ram = device.unified_memory or device.kind == "cpu"
+    left_by_reserve = int(device.memory_bytes) - int(device.reserve_bytes)
+    if mem.kv_cache_memory_bytes is not None:
+        if shares_ram:
+            limit = left_by_reserve
+        else:
+            limit = int((util or _DEFAULT_UTIL) * device.memory_bytes)
+        return int(mem.kv_cache_memory_bytes), limit, "kv_cache_memory_bytes"
+    assert util is not None  # MemorySettings requires one of the two
+    limit = int(util * device.memory_bytes)
+    if shares_ram:
+        limit = min(limit, left_by_reserve)
+    source = f"gpu_memory_utilization {util} of {_gb(device.memory_bytes)}, minus the rest"
+    return max(0, limit - non_kv), limit, source
+
+
+def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
+    """Plan `profile` for the model in `model_dir` (reads config.json and headers only).
+
+    Raises:
+        PlanError: no readable config.json, or one the planner cannot interpret.
+    """
+    try:
+        config = read_config(model_dir)
+        shape = model_shape(config)
+        dtype = _resolve_dtype(profile.dtype, shape.config_dtype)
+        weight_bytes, weights_source = _weights(model_dir, profile, shape, _DTYPE_BYTES[dtype])
+    except (ModelFolderError, ValueError) as exc:
+        raise PlanError(str(exc)) from exc
+    dtype_bytes = _DTYPE_BYTES[dtype]
+    fp8 = profile.kv_cache_dtype.startswith("fp8")
+    kv_label = "fp8" if fp8 else _DTYPE_LABEL[dtype]
+    per_token, fixed = _kv_rates(shape, profile, dtype_bytes, 1 if fp8 else dtype_bytes)
+    spec = profile.speculative
+    k = spec.num_speculative_tokens if spec.enabled else 0
+    activations = _activations(profile, shape, dtype_bytes, k)
+    graph_bytes, graph_sizes = _graphs(profile, k)
+    runtime = int(profile.device.runtime_overhead_bytes)
+    non_kv = runtime + weight_bytes + activations + graph_bytes
+    kv_budget, limit, budget_source = _budget(profile, non_kv)
+    total = non_kv + kv_budget
+    block = profile.block_size or (128 if profile.device.kind == "cpu" else 16)
+    positions = _position_limit(text_config(config))
+    cap = positions if positions is not None else 1 << 40
+    capacity = _capacity(kv_budget, fixed, per_token, block, 1 << 40)
+    fp8_context = None
+    if not fp8:
+        per_token_fp8, fixed_fp8 = _kv_rates(shape, profile, dtype_bytes, 1)
+        fp8_context = _capacity(kv_budget, fixed_fp8, per_token_fp8, block, cap)
+    kv_needed = per_token * profile.max_model_len + fixed
+    bandwidth = profile.device.memory_bandwidth_gbps
+    floor = bandwidth * 1e9 / weight_bytes if bandwidth and weight_bytes else None
+    reasons = []  # all of them, so that one run of `agentctl plan` shows everything to fix
+    if positions is not None and profile.max_model_len > positions:
+        reasons.append(
+            f"max_model_len {profile.max_model_len:,} exceeds the model's {positions:,} positions"
+        )
+    if kv_needed > kv_budget:
+        reasons.append(f"{_gb(kv_needed)} of KV needed, {_gb(kv_budget)} available")
+    if total > limit:
+        reasons.append(
+            f"the engine needs {_gb(total)} (weights {_gb(weight_bytes)}, KV {_gb(kv_budget)}, "
+            f"activations and graphs {_gb(activations + graph_bytes)}, runtime {_gb(runtime)}), "
+            f"{_gb(limit)} available"
+        )
+    fits = not reasons
+    if fits:
+        verdict = f"fits {_ctx(profile.max_model_len)} with {kv_label} KV"
+    else:
+        verdict = "does not fit: " + "; ".join(reasons)
+    return MemoryPlan(
+        model_dir=model_dir,
+        shape=shape,
+        dtype=dtype,
+        kv_dtype_label=kv_label,
+        weight_bytes=weight_bytes,
+        weights_source=weights_source,
+        kv_bytes_per_token=per_token,
+        fixed_bytes_per_seq=fixed,
+        activation_bytes=activations,
+        graph_bytes=graph_bytes,
+        graph_sizes=graph_sizes,
+        runtime_bytes=runtime,
+        kv_budget_bytes=kv_budget,
+        kv_budget_source=budget_source,
+        engine_total_bytes=total,
+        engine_limit_bytes=limit,
+        kv_needed_bytes=kv_needed,
+        kv_capacity_tokens=capacity,
+        position_limit=positions,
+        max_context_tokens=min(capacity, cap),
+        max_context_fp8_tokens=fp8_context,
+        max_model_len=profile.max_model_len,
+        decode_floor_tps=floor,
+        fits=fits,
+        verdict=verdict,
+    )
+
+
+def plan_command(model_dir: Path, profile: EngineProfile | str) -> str:
+    """Text for `agentctl plan --model DIR --profile NAME`; plan_memory(...).fits gives
+    the exit status.
+
+    Raises:
+        PlanError: unreadable model folder.
+        ProfileError: unknown or invalid profile name.
+    """
+    resolved = load_engine_profile(profile) if isinstance(profile, str) else profile
+    name = profile if isinstance(profile, str) else None
+    return plan_memory(model_dir, resolved).render(name)

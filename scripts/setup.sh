@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One-time (idempotent) setup of a development or CI machine: system packages, the venv,
+# the project and its pinned tools. `make demo` and `make test` run it first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+EXTRAS=${EXTRAS:-dev,systemd}
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- system packages: mosquitto (the broker the tests and demo run), libsystemd headers
+# (systemd-python, for journal fields), sox/espeak-ng (test speech for the ASR stage).
+need=()
+command -v mosquitto >/dev/null || need+=(mosquitto mosquitto-clients)
+pkg-config --exists libsystemd 2>/dev/null || need+=(libsystemd-dev pkg-config)
+if ((${#need[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "apt-get install ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  else
+    say "cannot install ${need[*]} (not root or no apt-get)"
+  fi
+fi
+command -v mosquitto >/dev/null || say "mosquitto missing: the demo falls back to an in-process amqtt broker; the tests need mosquitto"
+pkg-config --exists libsystemd 2>/dev/null || EXTRAS=${EXTRAS//,systemd/}
+
+# --- the venv, rebuilt only when pyproject.toml or this script changed.
+stamp="$VENV/.setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-${EXTRAS//,/_}"
+if [ -f "$stamp" ]; then
+  say "venv up to date ($VENV)"
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || { say "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
+say "installing edge-agent[$EXTRAS] into $VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check -e ".[$EXTRAS]" 2>&1 | grep -v "is ignored" || true
+"$VENV/bin/python" -c "import agent, pipelines, aiomqtt, pydantic, structlog" # fail loudly
+rm -f "$VENV"/.setup-*
+touch "$stamp"
+say "done"
