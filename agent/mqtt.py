@@ -13,6 +13,7 @@ of devices spreads its reconnects instead of arriving at once.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -104,6 +105,9 @@ class MqttLink:
             tls_params=tls_params,
             tls_insecure=s.tls.insecure if s.tls.enabled else None,
             timeout=s.publish_timeout_s,
+            # Small packets both ways (PUBACK, then an alert): with Nagle on, the alert
+            # waits for the ACK of the PUBACK, which delayed ACK holds for 40 ms.
+            socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),),
         )
 
     async def run(self) -> None:

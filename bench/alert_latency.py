@@ -77,11 +77,19 @@ async def run_phase(
             stream = f"bench-{i % streams:02d}"
             seq = seq0 + i
             text = PHRASES[i % len(PHRASES)].format(n=i)
-            seg = {"stream_id": stream, "seq": seq, "start": t_audio + seq * 5,
-                   "end": t_audio + seq * 5 + 5, "text": text}
+            seg = {
+                "stream_id": stream,
+                "seq": seq,
+                "start": t_audio + seq * 5,
+                "end": t_audio + seq * 5 + 5,
+                "text": text,
+            }
             sent[(stream, seq)] = time.time()
-            await client.publish(f"{prefix}/streams/{stream}/transcript",
-                                 json.dumps(seg, ensure_ascii=False).encode(), qos=1)
+            await client.publish(
+                f"{prefix}/streams/{stream}/transcript",
+                json.dumps(seg, ensure_ascii=False).encode(),
+                qos=1,
+            )
             if interval:
                 await asyncio.sleep(interval)
         try:
@@ -91,6 +99,15 @@ async def run_phase(
     if len(latencies) != count:
         raise SystemExit(f"only {len(latencies)} of {count} alerts arrived")
     return latencies
+
+
+async def wait_online(port: int, prefix: str) -> None:
+    async with aiomqtt.Client("127.0.0.1", port, identifier="bench-wait") as client:
+        await client.subscribe(f"{prefix}/available", qos=1)
+        async with asyncio.timeout(60):
+            async for msg in client.messages:
+                if msg.payload == b"online":
+                    return
 
 
 def main() -> None:
@@ -103,40 +120,64 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="edge-agent-bench-"))
     prefix = "bench/line"
-    results: dict[str, Any] = {"host": platform.node(), "python": platform.python_version(),
-                               "cpus": __import__("os").cpu_count(), "phases": {}}
+    results: dict[str, Any] = {
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "cpus": __import__("os").cpu_count(),
+        "phases": {},
+    }
     with DevBroker(workdir=work) as broker:
-        argv = [sys.executable, "-m", "agent.cli.edge_agent", "run",
-                "--config", str(REPO / "configs/agent.yaml"),
-                "--set", f"mqtt.port={broker.port}", "--set", f"mqtt.topic_prefix={prefix}",
-                "--set", f"outbox.path={work / 'outbox.sqlite'}",
-                "--set", "streams.defaults.alerts.debounce_s=0",
-                "--set", "logging.level=warning"]
+        argv = [
+            sys.executable,
+            "-m",
+            "agent.cli.edge_agent",
+            "run",
+            "--config",
+            str(REPO / "configs/agent.yaml"),
+            "--set",
+            f"mqtt.port={broker.port}",
+            "--set",
+            f"mqtt.topic_prefix={prefix}",
+            "--set",
+            f"outbox.path={work / 'outbox.sqlite'}",
+            "--set",
+            "streams.defaults.alerts.debounce_s=0",
+            "--set",
+            "logging.level=warning",
+        ]
         with (work / "agent.log").open("wb") as log:
             agent = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
-            time.sleep(2.0)  # connect; the first phase's first events also warm the path
+            asyncio.run(wait_online(broker.port, prefix))
             phases = [("paced", args.interval), ("burst", 0.0)]
             seq0 = 0
             for name, interval in phases:
-                lat = asyncio.run(run_phase(broker.port, prefix, args.segments, args.streams,
-                                            interval, seq0))
+                lat = asyncio.run(
+                    run_phase(broker.port, prefix, args.segments, args.streams, interval, seq0)
+                )
                 seq0 += args.segments
                 ms = [x * 1000 for x in lat]
                 results["phases"][name] = {
-                    "segments": len(ms), "interval_s": interval,
-                    "p50_ms": statistics.median(ms), "p95_ms": percentile(ms, 0.95),
-                    "p99_ms": percentile(ms, 0.99), "max_ms": max(ms),
+                    "segments": len(ms),
+                    "interval_s": interval,
+                    "p50_ms": statistics.median(ms),
+                    "p95_ms": percentile(ms, 0.95),
+                    "p99_ms": percentile(ms, 0.99),
+                    "max_ms": max(ms),
                 }
         finally:
             agent.send_signal(signal.SIGTERM)
             agent.wait(30)
-    print(f"segment-in -> alert-out on loopback ({results['cpus']} CPUs, Python "
-          f"{results['python']}, mosquitto, SQLite synchronous=FULL)")
+    print(
+        f"segment-in -> alert-out on loopback ({results['cpus']} CPUs, Python "
+        f"{results['python']}, mosquitto, SQLite synchronous=FULL)"
+    )
     print(f"{'phase':8} {'segments':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for name, r in results["phases"].items():
-        print(f"{name:8} {r['segments']:8d} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f} "
-              f"{r['p99_ms']:8.1f} {r['max_ms']:8.1f}")
+        print(
+            f"{name:8} {r['segments']:8d} {r['p50_ms']:8.1f} {r['p95_ms']:8.1f} "
+            f"{r['p99_ms']:8.1f} {r['max_ms']:8.1f}"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -259,7 +259,11 @@ class KeywordDetector:
         n = len(phrase.words)
         found: list[tuple[int, int, float]] = []
         if phrase.cjk:
+            # A phrase too short to allow a wrong syllable must start on its first sound.
+            head = _pinyin(phrase.words[0]) if (n - 1) // 4 == 0 else None
             for i in range(len(seq) - n + 1):
+                if head is not None and (not seq[i].cjk or _pinyin(seq[i].text) != head):
+                    continue
                 score = self._cjk_score(phrase.words, seq[i : i + n])
                 if score is not None:
                     found.append((i, i + n, score))
@@ -267,7 +271,10 @@ class KeywordDetector:
         fuzzy = self._settings.fuzzy
         # Longer windows hold filler words, or a compound split in two (over heating).
         extra = max(self._settings.max_fillers if n > 1 else 0, 1) if fuzzy else 0
+        first = phrase.words[0][0]
         for i in range(len(seq)):
+            if seq[i].text[0] != first:  # every match starts on the keyword's first letter
+                continue
             for length in range(max(1, n - 1) if fuzzy else n, n + extra + 1):
                 window = seq[i : i + length]
                 if len(window) < length:

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+PYTHON=${PYTHON:-$(bash scripts/find-python.sh 3.11 || command -v python3)}
 EXTRAS=${EXTRAS:-dev,systemd}
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }

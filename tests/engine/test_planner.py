@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.engine import EngineProfile, EngineWontFit, load_engine_profile, plan_command, plan_memory
+from agent.engine import (
+    EngineProfile,
+    EngineWontFit,
+    load_engine_profile,
+    plan_command,
+    plan_memory,
+)
 from agent.engine.profile import DeviceSettings, MemorySettings
 from tests.engine.conftest import ModelDirFactory
 from tests.engine.model_configs import QWEN3_4B, QWEN3_NEXT, SMOLLM2, smollm2_tensor_shapes
@@ -151,7 +157,9 @@ def test_sliding_window_layers_are_capped_at_the_window(model_dir: ModelDirFacto
         **SMOLLM2,
         "num_hidden_layers": 12,
         "sliding_window": 1024,
-        "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(12)],
+        "layer_types": [
+            "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(12)
+        ],
     }
     plan = plan_memory(model_dir(config), kv_profile(GiB, max_model_len=8192))
     per_layer = 2 * 3 * 64 * 2

@@ -68,7 +68,9 @@ def test_cpu_dev_model_path_follows_the_cache_dir(
 ) -> None:
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     profile = load_engine_profile("cpu-dev")
-    assert profile.model_path() == default_model_dir() == tmp_path / "models" / "smollm2-135m-instruct"
+    assert (
+        profile.model_path() == default_model_dir() == tmp_path / "models" / "smollm2-135m-instruct"
+    )
     assert profile.compile_cache_path() == tmp_path / "vllm"
 
 
@@ -116,7 +118,9 @@ def test_mtp_declared_inside_text_config(model_dir: ModelDirFactory) -> None:
 
 def test_deepseek_style_mtp_layers_after_the_decoder(model_dir: ModelDirFactory) -> None:
     config = {**QWEN3_4B, "num_hidden_layers": 2, "num_nextn_predict_layers": 2}
-    folder = model_dir(config, index_names=["model.layers.1.mlp.weight", "model.layers.2.eh_proj.weight"])
+    folder = model_dir(
+        config, index_names=["model.layers.1.mlp.weight", "model.layers.2.eh_proj.weight"]
+    )
     info = detect_mtp(folder)
     assert info is not None and (info.layers, info.weights_present) == (2, True)
     # k=3 is not a multiple of the 2 MTP layers: vLLM would refuse it
