@@ -179,6 +179,7 @@ def main() -> None:
             f"{r['p99_ms']:8.1f} {r['max_ms']:8.1f}"
         )
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))
 
 
