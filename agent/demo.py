@@ -56,18 +56,24 @@ async def _replay_and_watch(
         await client.subscribe(f"{prefix}/alerts", qos=1)
         await client.subscribe(f"{prefix}/available", qos=1)
 
+        online = asyncio.Event()
+
         async def watch() -> None:
             async for msg in client.messages:
                 payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
                 if msg.topic.value.endswith("/available"):
                     print(f"-- service is {payload.decode()}", flush=True)
+                    if payload == b"online":
+                        online.set()
                     continue
                 event = json.loads(payload)
                 counts[event["type"]] = counts.get(event["type"], 0) + 1
                 print(_fmt(event), flush=True)
 
         watcher = asyncio.create_task(watch())
-        await asyncio.sleep(1.0)
+        # Replay only once the service is subscribed: before its first connect the broker
+        # has no session for it and would drop what we publish.
+        await asyncio.wait_for(online.wait(), 60)
         t0 = rows[0]["end"]
         began = time.monotonic()
         for row in rows:

@@ -97,13 +97,25 @@ class DevBroker:
             },
         }
         ready = threading.Event()
+        failure: list[BaseException] = []
 
         def serve() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+
+            async def boot() -> Any:
+                broker = Broker(config)  # amqtt wants a running loop already here
+                await broker.start()
+                return broker
+
+            try:
+                broker = loop.run_until_complete(boot())
+            except Exception as exc:  # surfaced to the caller below
+                failure.append(exc)
+                ready.set()
+                return
             self._amqtt_loop = loop
-            broker = Broker(config, loop=loop)
             self._amqtt_broker = broker
-            loop.run_until_complete(broker.start())
             ready.set()
             loop.run_forever()
             loop.run_until_complete(broker.shutdown())
@@ -112,6 +124,8 @@ class DevBroker:
         self._thread = threading.Thread(target=serve, name="amqtt-broker", daemon=True)
         self._thread.start()
         ready.wait(10)
+        if failure:
+            raise RuntimeError(f"amqtt broker failed to start: {failure[0]!r}") from failure[0]
 
     def stop(self) -> None:
         if self._proc is not None:

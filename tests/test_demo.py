@@ -1,0 +1,61 @@
+"""`edge-agent demo`, the README's first command, run as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXPECTED = {
+    ("line3-mic1", "bearing_noise"),
+    ("line3-mic1", "temperature_over_limit"),
+    ("line3-mic1", "emergency_stop"),
+    ("line3-mic2", "motor_overload"),
+    ("line3-mic2", "bearing_noise"),
+    ("line3-mic2", "leak"),
+}
+
+pytestmark = pytest.mark.slow
+
+
+def _run_demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli.edge_agent", "demo", "--speed", "40"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _alerts(stdout: str, kind: str) -> set[tuple[str, str]]:
+    rows = [line.split() for line in stdout.splitlines() if line.startswith(kind)]
+    return {(r[1], r[2]) for r in rows}
+
+
+def test_demo_prints_every_spoken_fault_and_stops_cleanly() -> None:
+    """The demo's broker, service and replay produce one NEW and one END per spoken fault."""
+    done = _run_demo(dict(os.environ))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "-- broker: mosquitto" in done.stdout
+    assert _alerts(done.stdout, "NEW") == EXPECTED
+    assert _alerts(done.stdout, "END") == EXPECTED
+    assert "-- service is stopped" in done.stdout
+
+
+def test_demo_falls_back_to_amqtt_and_says_so() -> None:
+    """Without mosquitto on PATH the demo runs on the in-process amqtt broker and says so."""
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "mosquitto").exists()]
+    assert shutil.which("mosquitto", path=os.pathsep.join(path)) is None
+    done = _run_demo({**os.environ, "PATH": os.pathsep.join(path)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "-- broker: amqtt" in done.stdout
+    assert "mosquitto not installed" in done.stdout
+    assert _alerts(done.stdout, "NEW") == EXPECTED
