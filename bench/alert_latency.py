@@ -52,7 +52,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def run_phase(
-    port: int, prefix: str, count: int, streams: int, interval: float, seq0: int
+    port: int, prefix: str, count: int, streams: int, *, interval: float, seq0: int
 ) -> list[float]:
     sent: dict[tuple[str, int], float] = {}
     latencies: list[float] = []
@@ -153,7 +153,14 @@ def main() -> None:
             seq0 = 0
             for name, interval in phases:
                 lat = asyncio.run(
-                    run_phase(broker.port, prefix, args.segments, args.streams, interval, seq0)
+                    run_phase(
+                        broker.port,
+                        prefix,
+                        args.segments,
+                        args.streams,
+                        interval=interval,
+                        seq0=seq0,
+                    )
                 )
                 seq0 += args.segments
                 ms = [x * 1000 for x in lat]

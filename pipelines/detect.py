@@ -309,9 +309,9 @@ class KeywordDetector:
             return None
         cap = self._settings.max_word_edits
         # Compound split or joined: compare without spaces.
-        if len(window) != len(words) or len(words) == 1:
-            if _near("".join(window), "".join(words), cap) is not None:
-                return 0.9
+        compound = len(window) != len(words) or len(words) == 1
+        if compound and _near("".join(window), "".join(words), cap) is not None:
+            return 0.9
         if len(window) < len(words):
             return None
         # In order, each keyword word near a window word; extra words are fillers, but the

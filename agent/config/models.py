@@ -24,8 +24,8 @@ __all__ = [
     "AlertOverride",
     "AlertSettings",
     "IngestSettings",
-    "LocatedError",
     "LlmSettings",
+    "LocatedError",
     "LogFormat",
     "LoggingSettings",
     "MqttSettings",
@@ -355,7 +355,8 @@ class AgentConfig(_Model):
                     f"fault codes must be unique: {fault.code!r} is repeated", ("faults", i, "code")
                 )
             seen.add(fault.code)
-        lists = [(("streams", "defaults", "disabled_faults"), self.streams.defaults.disabled_faults)]
+        defaults = self.streams.defaults.disabled_faults
+        lists = [(("streams", "defaults", "disabled_faults"), defaults)]
         lists += [
             (("streams", "overrides", sid, "disabled_faults"), o.disabled_faults or [])
             for sid, o in self.streams.overrides.items()

@@ -103,7 +103,7 @@ class MemoryPlan:
         lines += [
             ("activations", f"{_gb(self.activation_bytes)} (allowance for one prefill chunk)"),
             ("CUDA graphs", f"{_gb(self.graph_bytes)} ({self.graph_sizes} capture sizes)"),
-            ("runtime", f"{_gb(self.runtime_bytes)} (processes, CUDA context)"),
+            ("runtime", f"{_gb(self.runtime_bytes)} (Python processes; CUDA context on GPUs)"),
             ("KV budget", f"{_gb(self.kv_budget_bytes)} ({self.kv_budget_source})"),
             ("engine total", f"{_gb(self.engine_total_bytes)} of {_gb(self.engine_limit_bytes)}"),
             ("KV capacity", f"{self.kv_capacity_tokens:,} tokens"),
