@@ -356,7 +356,9 @@ class AgentConfig(_Model):
                 )
             seen.add(fault.code)
         defaults = self.streams.defaults.disabled_faults
-        lists = [(("streams", "defaults", "disabled_faults"), defaults)]
+        lists: list[tuple[tuple[str | int, ...], list[str]]] = [
+            (("streams", "defaults", "disabled_faults"), defaults)
+        ]
         lists += [
             (("streams", "overrides", sid, "disabled_faults"), o.disabled_faults or [])
             for sid, o in self.streams.overrides.items()
