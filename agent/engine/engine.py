@@ -45,9 +45,9 @@ from agent.engine.errors import (
     EngineWontFit,
 )
 from agent.engine.lazy import optional_module, require_module
-from agent.engine.model_prep import ensure_default_model
+from agent.engine.model_prep import ModelPrepError, ensure_default_model
 from agent.engine.paths import default_model_dir
-from agent.engine.planner import MemoryPlan, plan_memory
+from agent.engine.planner import MemoryPlan, PlanError, plan_memory
 from agent.engine.profile import EngineProfile
 from agent.engine.repetition import RepetitionGuard, tail_repeats
 from agent.engine.speculative import AcceptanceController, SpeculationPlan, choose_speculation
@@ -226,7 +226,10 @@ class Engine:
     async def _start(self, profile: EngineProfile, speculative_k: int | None) -> _Run:
         model_dir = profile.model_path()
         if model_dir == default_model_dir() and profile.load_format != "dummy":
-            model_dir = await asyncio.to_thread(ensure_default_model)
+            try:
+                model_dir = await asyncio.to_thread(ensure_default_model)
+            except ModelPrepError as exc:
+                raise EngineStartError(str(exc)) from exc
         plan, spec = await asyncio.to_thread(_plan, model_dir, profile, speculative_k)
         if not plan.fits:
             log.error("engine_refused", model=str(model_dir), verdict=plan.verdict)
@@ -238,23 +241,38 @@ class Engine:
         apply_engine_env(profile)
         t0 = time.perf_counter()
         holder: list[Any] = []
-        try:
-            meta = await asyncio.to_thread(_construct, profile, model_dir, spec, collector, holder)
-            llm = holder.pop()
-        except Exception as exc:
-            log.error("engine_start_failed", model=str(model_dir), error=str(exc))
-            raise EngineStartError(f"vLLM failed to start: {exc}") from exc
-        # Start vLLM's output tasks on our loop now (constructed off-loop they would start
-        # at the first request), so an engine-core failure is noticed while idle.
-        run_handler = getattr(llm, "_run_output_handler", None)
-        if callable(run_handler):
-            run_handler()
-        tokenizer = None
+        construct = asyncio.ensure_future(
+            asyncio.to_thread(_construct, profile, model_dir, spec, collector, holder)
+        )
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-tokenize")
-        if not profile.skip_tokenizer_init:
-            tokenizer = await asyncio.get_running_loop().run_in_executor(
-                pool, _load_tokenizer, model_dir
-            )
+        try:
+            # shield: a cancelled start cannot stop the thread; let it finish, then stop
+            # the engine it built (the except below) instead of leaking its process.
+            meta = await asyncio.shield(construct)
+            llm = holder.pop()
+            # Start vLLM's output tasks on our loop now (constructed off-loop they would
+            # start at the first request), so an engine-core failure is noticed while idle.
+            run_handler = getattr(llm, "_run_output_handler", None)
+            if callable(run_handler):
+                run_handler()
+            tokenizer = None
+            if not profile.skip_tokenizer_init:
+                tokenizer = await asyncio.get_running_loop().run_in_executor(
+                    pool, _load_tokenizer, model_dir
+                )
+            if profile.warmup:
+                await _warm_up(llm)
+        except BaseException as exc:
+            pool.shutdown(wait=False)
+            with contextlib.suppress(BaseException):
+                await construct
+            if holder:  # built, then something failed (or we were cancelled) after it
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(holder.pop().shutdown)
+            log.error("engine_start_failed", model=str(model_dir), error=repr(exc))
+            if isinstance(exc, Exception):
+                raise EngineStartError(f"vLLM failed to start: {exc}") from exc
+            raise
         elapsed = time.perf_counter() - t0
         collector.on_config(llm.vllm_config)
         info = EngineInfo(
@@ -436,12 +454,16 @@ class Engine:
                     )
                     if finished:
                         return
+        except EngineError:
+            raise
         except Exception as exc:
             if run.dead_error is not None and isinstance(exc, run.dead_error):
                 self._state = "dead"
                 log.error("engine_dead", error=str(exc))
                 raise EngineDead(str(exc)) from exc
-            raise
+            # A bad request (prompt longer than max_model_len, invalid schema, ...): the
+            # engine itself is fine. Callers see our exception type, never vLLM's.
+            raise EngineError(f"{type(exc).__name__}: {exc}") from exc
         finally:
             run.active.discard(rid)
 
@@ -525,10 +547,10 @@ class Engine:
 def _plan(
     model_dir: Path, profile: EngineProfile, k: int | None
 ) -> tuple[MemoryPlan, SpeculationPlan]:
-    plan = plan_memory(model_dir, profile)
     try:
+        plan = plan_memory(model_dir, profile)
         spec = choose_speculation(profile, model_dir, k)
-    except ValueError as exc:
+    except (PlanError, ValueError) as exc:
         raise EngineStartError(str(exc)) from exc
     return plan, spec
 
@@ -568,6 +590,17 @@ def _construct(
         "dead_error": getattr(exceptions, "EngineDeadError", None),
         "repetition_params": getattr(sampling, "RepetitionDetectionParams", None),
     }
+
+
+async def _warm_up(llm: Any) -> None:
+    """A 4-token greedy request on token ids valid in any vocabulary; straight to vLLM so
+    that it does not count in our latency statistics."""
+    sp = require_module("vllm.sampling_params")
+    params = sp.SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    stream = llm.generate({"prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8]}, params, "warmup")
+    async with contextlib.aclosing(stream):
+        async for _ in stream:
+            pass
 
 
 def _load_tokenizer(model_dir: Path) -> Any:

@@ -301,6 +301,13 @@ class EngineProfile(_Model):
         title="Speculative decoding",
         description="Draft method and k.",
     )
+    warmup: bool = Field(
+        True,
+        title="Warm-up request",
+        description="Generate a few tokens before reporting the engine as running, so that "
+        "first-request costs (JIT of the prompt-lookup kernels, lazy allocations: 1-4 s on "
+        "CPU) are not paid by the first real segment.",
+    )
     executor: Literal["auto", "uni", "mp"] = Field(
         "auto",
         title="Executor",

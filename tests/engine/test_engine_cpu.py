@@ -17,7 +17,16 @@ from pydantic import BaseModel, Field
 pytest.importorskip("vllm")
 psutil = pytest.importorskip("psutil")
 
-from agent.engine import Engine, EngineDead, EngineProfile, plan_memory  # noqa: E402
+from agent.engine import (  # noqa: E402
+    Engine,
+    EngineDead,
+    EngineError,
+    EngineProfile,
+    EngineStartError,
+    plan_memory,
+)
+from tests.engine.conftest import ModelDirFactory  # noqa: E402
+from tests.engine.model_configs import SMOLLM2  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 
@@ -167,6 +176,27 @@ async def test_abort_ends_the_stream(engine: Engine) -> None:
     assert reason == "abort"
     assert produced < 400
     assert engine.stats().requests_running == 0
+
+
+async def test_bad_request_is_an_engine_error_and_the_engine_stays_up(engine: Engine) -> None:
+    too_long = [100] * 9000  # max_model_len is 8192
+    with pytest.raises(EngineError, match="8192"):
+        await engine.complete(too_long, max_tokens=4)
+    assert (await engine.health()).healthy
+    assert engine.stats().requests_running == 0
+
+
+async def test_a_model_vllm_cannot_run_is_a_start_error(
+    model_dir: ModelDirFactory, engine_profile: EngineProfile
+) -> None:
+    folder = model_dir({**SMOLLM2, "architectures": ["NoSuchModelForCausalLM"]})
+    profile = engine_profile.model_copy(update={"model": str(folder)})
+    other = Engine()
+    kids = {p.pid for p in engine_children()}
+    with pytest.raises(EngineStartError, match="NoSuchModelForCausalLM"):
+        await other.start(profile)
+    assert other.state == "stopped"
+    assert {p.pid for p in engine_children()} == kids  # nothing left behind
 
 
 async def test_health_and_stats(engine: Engine) -> None:
