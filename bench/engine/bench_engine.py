@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -237,7 +238,7 @@ async def measure_config(llm: Any, cfg: dict[str, Any], scale: float, floors: di
     res: dict[str, Any] = {}
     await generate(llm, p.fresh(k(512)), 8)  # warm-up
     # 1. batch-1 decode
-    rates = [decode_rate(await generate(llm, p.fresh(64), k(512))) for _ in range(3)]
+    rates = [decode_rate(await generate(llm, p.fresh(64), k(384))) for _ in range(3)]
     res["decode_tok_s"] = round(statistics.median(rates), 1)
     note(f"decode {res['decode_tok_s']} tok/s")
     # 2. TTFT of fresh prompts
@@ -321,9 +322,12 @@ def config_kwargs(name: str, model_dir: Path, max_len: int, on_gpu: bool) -> dic
         return base | {"enforce_eager": True}
     if name == "nochunk":
         return base | {"enable_chunked_prefill": False, "max_num_batched_tokens": max_len}
-    if name in ("tuned", "tuned-ngram"):
-        kw = tuned_kwargs(model_dir, 3 if name == "tuned-ngram" else 0)
+    base_name, _, budget = name.partition("-b")  # tuned-b512: the profile, another budget
+    if base_name in ("tuned", "tuned-ngram"):
+        kw = tuned_kwargs(model_dir, 3 if base_name == "tuned-ngram" else 0)
         kw |= {"max_model_len": max_len, "disable_log_stats": False}
+        if budget:
+            kw["max_num_batched_tokens"] = int(budget)
         if not on_gpu:
             kw.pop("compilation_config", None)
             kw.pop("gpu_memory_utilization", None)
@@ -371,8 +375,9 @@ async def run_mtp(model_dir: Path, args: argparse.Namespace, on_gpu: bool) -> di
     """Our Engine wrapper on a random MTP-bearing shape: detection, config, stats, stepping."""
     from agent.engine import Engine, load_engine_profile
 
-    profile = load_engine_profile("h200-bench").model_copy(update={
-        "model": str(model_dir), "max_model_len": 16384, "max_num_batched_tokens": 2048})
+    profile = load_engine_profile(args.mtp_profile).model_copy(update={
+        "model": str(model_dir), "max_model_len": 16384, "max_num_batched_tokens": 2048,
+        "load_format": "dummy", "skip_tokenizer_init": True})
     profile = profile.model_copy(update={"speculative": profile.speculative.model_copy(
         update={"method": "auto", "num_speculative_tokens": 2, "window_draft_tokens": 64})})
     note = lambda s: print(f"[mtp] {s}", flush=True)  # noqa: E731
@@ -384,15 +389,20 @@ async def run_mtp(model_dir: Path, args: argparse.Namespace, on_gpu: bool) -> di
     out["spec_method"], out["spec_k"] = info.spec_method, info.spec_k
     note(f"started in {out['start_s']}s: vLLM {info.vllm_version} on {info.backend}, "
          f"speculation {info.spec_method} k={info.spec_k}")
-    rng = Prompts(QWEN3_NEXT_SMALL["vocab_size"], seed=7)
-    results = []
-    for _ in range(4):
-        results.append(await engine.generate(rng.fresh(256), max_tokens=128, ignore_eos=True))
-    stats = engine.stats()
+    rng = Prompts(json.loads((model_dir / "config.json").read_text())["vocab_size"], seed=7)
+    results = [
+        await engine.complete(rng.fresh(256), max_tokens=128, repetition=None) for _ in range(4)
+    ]
+    await asyncio.sleep(1.5)  # let the last stats reach our logger
+    stats = dataclasses.asdict(engine.stats())
     out["stats"] = stats
-    note(f"stats after 4 requests: {json.dumps(stats, default=str)[:600]}")
+    note("stats after 4 requests: " + json.dumps(
+        {k: stats.get(k) for k in ("spec_method", "spec_k", "spec_target_k",
+                                   "spec_window_acceptance", "spec_step_downs")}, default=str)
+        + " " + json.dumps({k: v for k, v in stats.items() if "spec" in k or "draft" in k
+                            or "accept" in k}, default=str)[:400])
     out["decode_tok_s"] = round(statistics.median(r.tokens_per_s or 0 for r in results), 1)
-    target = engine.speculation_target()
+    target = stats.get("spec_target_k")
     out["k_target_after_window"] = target
     note(f"acceptance controller asks for k={target} (random weights: acceptance is meaningless)")
     if target is not None and target != info.spec_k:
@@ -400,7 +410,8 @@ async def run_mtp(model_dir: Path, args: argparse.Namespace, on_gpu: bool) -> di
         info2 = await engine.restart()
         out["restart_s"] = round(time.perf_counter() - t0, 1)
         out["spec_k_after_restart"] = info2.spec_k
-        note(f"restarted with k={info2.spec_k} in {out['restart_s']}s")
+        out["spec_method_after_restart"] = info2.spec_method
+        note(f"restarted with {info2.spec_method} k={info2.spec_k} in {out['restart_s']}s")
     await engine.shutdown()
     return out
 
@@ -475,7 +486,8 @@ async def main_async(args: argparse.Namespace) -> None:
     for name in args.configs.split(","):
         try:
             if name == "mtp":
-                results[name] = await run_mtp(mtp_dir, args, on_gpu)
+                model = mtp_dir if args.mtp_model == "qwen3-next-small" else dense_dir
+                results[name] = await run_mtp(model, args, on_gpu)
             else:
                 results[name] = await run_dense(name, dense_dir, cfg, args, floors, on_gpu)
         except Exception as exc:  # one failed config must not lose the others
@@ -497,6 +509,10 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--configs", default="defaults,eager,nochunk,tuned,tuned-ngram,mtp")
     ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--mtp-profile", default="h200-bench",
+                    help="profile for the mtp configuration (cpu-dev for a CPU smoke run)")
+    ap.add_argument("--mtp-model", choices=["qwen3-next-small", "dense"],
+                    default="qwen3-next-small", help="dense: a CPU smoke run of the code path")
     asyncio.run(main_async(ap.parse_args()))
 
 
