@@ -261,7 +261,7 @@ class Engine:
                     pool, _load_tokenizer, model_dir
                 )
             if profile.warmup:
-                await _warm_up(llm)
+                await _warm_up(llm, detokenize=not profile.skip_tokenizer_init)
         except BaseException as exc:
             pool.shutdown(wait=False)
             with contextlib.suppress(BaseException):
@@ -592,11 +592,13 @@ def _construct(
     }
 
 
-async def _warm_up(llm: Any) -> None:
+async def _warm_up(llm: Any, *, detokenize: bool) -> None:
     """A 4-token greedy request on token ids valid in any vocabulary; straight to vLLM so
     that it does not count in our latency statistics."""
     sp = require_module("vllm.sampling_params")
-    params = sp.SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+    params = sp.SamplingParams(
+        max_tokens=4, temperature=0.0, ignore_eos=True, detokenize=detokenize
+    )
     stream = llm.generate({"prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8]}, params, "warmup")
     async with contextlib.aclosing(stream):
         async for _ in stream:
@@ -644,6 +646,8 @@ def _sampling_params(
         "seed": seed,
         "output_kind": sp.RequestOutputKind.DELTA,  # chunks carry only what is new
     }
+    if run.tokenizer is None:
+        kw["detokenize"] = False  # skip_tokenizer_init: token ids only
     if stop:
         kw["stop"] = stop
     if json_schema is not None:

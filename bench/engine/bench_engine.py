@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import itertools
 import json
 import os
 import random
@@ -51,31 +52,72 @@ os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 QWEN3_4B: dict[str, Any] = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "torch_dtype": "bfloat16",
-    "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
-    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "head_dim": 128, "max_position_embeddings": 262144, "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
-    "attention_bias": False, "bos_token_id": 151643, "eos_token_id": 151645,
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "torch_dtype": "bfloat16",
+    "vocab_size": 151936,
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 262144,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
 }
-TINY: dict[str, Any] = {**QWEN3_4B, "vocab_size": 4096, "hidden_size": 256,
-                        "intermediate_size": 512, "num_hidden_layers": 2,
-                        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
+TINY: dict[str, Any] = {
+    **QWEN3_4B,
+    "vocab_size": 4096,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+}
 # Small Qwen3-Next: 8 layers (a full-attention layer every 4, the rest Gated DeltaNet),
 # 16 experts, one MTP layer. Random weights: acceptance means nothing, the mechanics do.
 QWEN3_NEXT_SMALL: dict[str, Any] = {
-    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
-    "torch_dtype": "bfloat16", "vocab_size": 151936, "hidden_size": 1024,
-    "intermediate_size": 2048, "num_hidden_layers": 8, "num_attention_heads": 8,
-    "num_key_value_heads": 2, "head_dim": 128, "full_attention_interval": 4,
-    "linear_num_key_heads": 8, "linear_num_value_heads": 16, "linear_key_head_dim": 64,
-    "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4, "num_experts": 16,
-    "num_experts_per_tok": 4, "moe_intermediate_size": 512,
-    "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1, "norm_topk_prob": True,
-    "mlp_only_layers": [], "max_position_embeddings": 65536, "partial_rotary_factor": 0.25,
-    "rope_theta": 10000000.0, "rms_norm_eps": 1e-6, "hidden_act": "silu",
-    "tie_word_embeddings": False, "num_nextn_predict_layers": 1, "mtp_num_hidden_layers": 1,
-    "bos_token_id": 151643, "eos_token_id": 151645, "attention_bias": False,
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "torch_dtype": "bfloat16",
+    "vocab_size": 151936,
+    "hidden_size": 1024,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "full_attention_interval": 4,
+    "linear_num_key_heads": 8,
+    "linear_num_value_heads": 16,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 16,
+    "num_experts_per_tok": 4,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "decoder_sparse_step": 1,
+    "norm_topk_prob": True,
+    "mlp_only_layers": [],
+    "max_position_embeddings": 65536,
+    "partial_rotary_factor": 0.25,
+    "rope_theta": 10000000.0,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "num_nextn_predict_layers": 1,
+    "mtp_num_hidden_layers": 1,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "attention_bias": False,
 }
 
 
@@ -125,18 +167,21 @@ def measure_device() -> dict[str, Any]:
     x = torch.randn(m, m, dtype=torch.bfloat16, device=dev)
     y = torch.randn(m, m, dtype=torch.bfloat16, device=dev)
     for _ in range(3):
-        x @ y  # noqa: B018
+        x @ y
     torch.cuda.synchronize()
     start.record()
     for _ in range(reps):
-        x @ y  # noqa: B018
+        x @ y
     end.record()
     torch.cuda.synchronize()
     tflops = 2 * m**3 * reps / (start.elapsed_time(end) / 1e3) / 1e12
     del x, y
     torch.cuda.empty_cache()
-    return {"device": torch.cuda.get_device_name(), "copy_gbps": round(copy_gbps, 1),
-            "matmul_tflops": round(tflops, 1)}
+    return {
+        "device": torch.cuda.get_device_name(),
+        "copy_gbps": round(copy_gbps, 1),
+        "matmul_tflops": round(tflops, 1),
+    }
 
 
 class MemorySampler:
@@ -198,21 +243,33 @@ class Prompts:
         return [self.rng.randrange(100, self.vocab - 100) for _ in range(n)]
 
 
-async def generate(llm: Any, ids: list[int], max_tokens: int, *, rid: str | None = None,
-                   stamps: list[tuple[float, int]] | None = None) -> Timed:
+async def generate(
+    llm: Any,
+    ids: list[int],
+    max_tokens: int,
+    *,
+    rid: str | None = None,
+    stamps: list[tuple[float, int]] | None = None,
+) -> Timed:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
-                        detokenize=False, output_kind=RequestOutputKind.DELTA)
+    sp = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=0.0,
+        ignore_eos=True,
+        detokenize=False,
+        output_kind=RequestOutputKind.DELTA,
+    )
     t0 = time.perf_counter()
     ttft = None
     n = 0
     cached = None
     stamps = [] if stamps is None else stamps  # the caller's list survives an abort
-    async for out in llm.generate(TokensPrompt(prompt_token_ids=ids), sp,
-                                  request_id=rid or uuid.uuid4().hex):
+    async for out in llm.generate(
+        TokensPrompt(prompt_token_ids=ids), sp, request_id=rid or uuid.uuid4().hex
+    ):
         now = time.perf_counter()
         got = len(out.outputs[0].token_ids) if out.outputs else 0
         if got:
@@ -230,8 +287,14 @@ def decode_rate(t: Timed) -> float:
     return (t.tokens - 1) / (t.total - t.ttft) if t.tokens > 1 and t.total > t.ttft else 0.0
 
 
-async def measure_config(llm: Any, cfg: dict[str, Any], scale: float, floors: dict[str, Any],
-                         note: Callable[[str], None], seed: int) -> dict[str, Any]:
+async def measure_config(
+    llm: Any,
+    cfg: dict[str, Any],
+    scale: float,
+    floors: dict[str, Any],
+    note: Callable[[str], None],
+    seed: int,
+) -> dict[str, Any]:
     # Every configuration gets its own prompts: nothing is served from another's cache.
     p = Prompts(cfg["vocab_size"], seed=seed)
     k = lambda n: max(16, int(n * scale))  # noqa: E731
@@ -252,7 +315,7 @@ async def measure_config(llm: Any, cfg: dict[str, Any], scale: float, floors: di
     app = await generate(llm, prefix + s1 + s2, 1)
     res["append_ttft_s"] = round(app.ttft, 3)
     res["append_cached_tokens"] = app.cached
-    slid = await generate(llm, prefix[k(4500):] + s1 + s2, 1)
+    slid = await generate(llm, prefix[k(4500) :] + s1 + s2, 1)
     res["slid_ttft_s"] = round(slid.ttft, 3)
     alone = await generate(llm, p.fresh(k(4500)), 1)
     res["alone_4k5_ttft_s"] = round(alone.ttft, 3)
@@ -262,14 +325,17 @@ async def measure_config(llm: Any, cfg: dict[str, Any], scale: float, floors: di
         res["append_floor_s"] = round(flops / (floors["matmul_tflops"] * 1e12), 3)
         res["append_vs_floor"] = round(app.ttft / res["append_floor_s"], 2)
     res["slid_over_append"] = round(slid.ttft / app.ttft, 1)
-    note(f"append {app.ttft:.3f}s (cached {app.cached}), slid {slid.ttft:.3f}s, "
-         f"alone {alone.ttft:.3f}s")
+    note(
+        f"append {app.ttft:.3f}s (cached {app.cached}), slid {slid.ttft:.3f}s, "
+        f"alone {alone.ttft:.3f}s"
+    )
     # 4. one stream decodes while another prefills 128K
     long_ids = p.fresh(k(131072 - 256))
     decode_id = uuid.uuid4().hex
     stamps: list[tuple[float, int]] = []
     decoding = asyncio.create_task(
-        generate(llm, p.fresh(64), k(100_000), rid=decode_id, stamps=stamps))
+        generate(llm, p.fresh(64), k(100_000), rid=decode_id, stamps=stamps)
+    )
     await asyncio.sleep(1.5)  # let it reach steady decoding first
     t_start = time.perf_counter()
     pre = await generate(llm, long_ids, 1)
@@ -277,8 +343,7 @@ async def measure_config(llm: Any, cfg: dict[str, Any], scale: float, floors: di
     await llm.abort(decode_id)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(decoding, 30)
-    gaps = [b - a for (a, _), (b, _) in zip(stamps, stamps[1:], strict=False)
-            if t_start <= b <= t_end + 0.5]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(stamps) if t_start <= b <= t_end + 0.5]
     if gaps:
         gaps.sort()
         res["itl_p50_ms"] = round(1e3 * statistics.median(gaps), 1)
@@ -286,9 +351,11 @@ async def measure_config(llm: Any, cfg: dict[str, Any], scale: float, floors: di
         res["itl_max_ms"] = round(1e3 * gaps[-1], 1)
     res["prefill_128k_busy_s"] = round(pre.ttft, 3)
     res["prefill_busy_over_alone"] = round(pre.ttft / res["ttft_128k_s"], 2)
-    note(f"while prefilling 128K: gaps p50 {res.get('itl_p50_ms')} ms, p99 "
-         f"{res.get('itl_p99_ms')} ms, max {res.get('itl_max_ms')} ms; prefill "
-         f"{pre.ttft:.2f}s ({res['prefill_busy_over_alone']}x alone)")
+    note(
+        f"while prefilling 128K: gaps p50 {res.get('itl_p50_ms')} ms, p99 "
+        f"{res.get('itl_p99_ms')} ms, max {res.get('itl_max_ms')} ms; prefill "
+        f"{pre.ttft:.2f}s ({res['prefill_busy_over_alone']}x alone)"
+    )
     return res
 
 
@@ -304,7 +371,8 @@ def tuned_kwargs(model_dir: Path, k: int | None) -> dict[str, Any]:
     profile = load_engine_profile("h200-bench").model_copy(update={"model": str(model_dir)})
     if k == 0:
         profile = profile.model_copy(
-            update={"speculative": profile.speculative.model_copy(update={"method": "off"})})
+            update={"speculative": profile.speculative.model_copy(update={"method": "off"})}
+        )
     spec = choose_speculation(profile, model_dir, k)
     kw = engine_kwargs(profile, model_dir, spec)
     kw.pop("additional_config", None)  # GDN-only setting; a dense model does not need it
@@ -312,8 +380,13 @@ def tuned_kwargs(model_dir: Path, k: int | None) -> dict[str, Any]:
 
 
 def config_kwargs(name: str, model_dir: Path, max_len: int, on_gpu: bool) -> dict[str, Any]:
-    base = {"model": str(model_dir), "load_format": "dummy", "skip_tokenizer_init": True,
-            "max_model_len": max_len, "disable_log_stats": False}
+    base = {
+        "model": str(model_dir),
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "max_model_len": max_len,
+        "disable_log_stats": False,
+    }
     if not on_gpu:  # CPU smoke run: keep it small and quick
         base |= {"enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
     if name == "defaults":
@@ -336,8 +409,14 @@ def config_kwargs(name: str, model_dir: Path, max_len: int, on_gpu: bool) -> dic
     raise ValueError(name)
 
 
-async def run_dense(name: str, model_dir: Path, cfg: dict[str, Any], args: argparse.Namespace,
-                    floors: dict[str, Any], on_gpu: bool) -> dict[str, Any]:
+async def run_dense(
+    name: str,
+    model_dir: Path,
+    cfg: dict[str, Any],
+    args: argparse.Namespace,
+    floors: dict[str, Any],
+    on_gpu: bool,
+) -> dict[str, Any]:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -354,8 +433,7 @@ async def run_dense(name: str, model_dir: Path, cfg: dict[str, Any], args: argpa
         start_s = time.perf_counter() - t0
         note(f"engine start {start_s:.1f}s")
         try:
-            res = await measure_config(llm, cfg, args.scale, floors, note,
-                                       seed=sum(map(ord, name)))
+            res = await measure_config(llm, cfg, args.scale, floors, note, seed=sum(map(ord, name)))
         finally:
             llm.shutdown()
             del llm
@@ -375,11 +453,22 @@ async def run_mtp(model_dir: Path, args: argparse.Namespace, on_gpu: bool) -> di
     """Our Engine wrapper on a random MTP-bearing shape: detection, config, stats, stepping."""
     from agent.engine import Engine, load_engine_profile
 
-    profile = load_engine_profile(args.mtp_profile).model_copy(update={
-        "model": str(model_dir), "max_model_len": 16384, "max_num_batched_tokens": 2048,
-        "load_format": "dummy", "skip_tokenizer_init": True})
-    profile = profile.model_copy(update={"speculative": profile.speculative.model_copy(
-        update={"method": "auto", "num_speculative_tokens": 2, "window_draft_tokens": 64})})
+    profile = load_engine_profile(args.mtp_profile).model_copy(
+        update={
+            "model": str(model_dir),
+            "max_model_len": 16384,
+            "max_num_batched_tokens": 2048,
+            "load_format": "dummy",
+            "skip_tokenizer_init": True,
+        }
+    )
+    profile = profile.model_copy(
+        update={
+            "speculative": profile.speculative.model_copy(
+                update={"method": "auto", "num_speculative_tokens": 2, "window_draft_tokens": 64}
+            )
+        }
+    )
     note = lambda s: print(f"[mtp] {s}", flush=True)  # noqa: E731
     engine = Engine()
     out: dict[str, Any] = {}
@@ -387,8 +476,10 @@ async def run_mtp(model_dir: Path, args: argparse.Namespace, on_gpu: bool) -> di
     info = await engine.start(profile)
     out["start_s"] = round(time.perf_counter() - t0, 1)
     out["spec_method"], out["spec_k"] = info.spec_method, info.spec_k
-    note(f"started in {out['start_s']}s: vLLM {info.vllm_version} on {info.backend}, "
-         f"speculation {info.spec_method} k={info.spec_k}")
+    note(
+        f"started in {out['start_s']}s: vLLM {info.vllm_version} on {info.backend}, "
+        f"speculation {info.spec_method} k={info.spec_k}"
+    )
     rng = Prompts(json.loads((model_dir / "config.json").read_text())["vocab_size"], seed=7)
     results = [
         await engine.complete(rng.fresh(256), max_tokens=128, repetition=None) for _ in range(4)
@@ -396,11 +487,27 @@ async def run_mtp(model_dir: Path, args: argparse.Namespace, on_gpu: bool) -> di
     await asyncio.sleep(1.5)  # let the last stats reach our logger
     stats = dataclasses.asdict(engine.stats())
     out["stats"] = stats
-    note("stats after 4 requests: " + json.dumps(
-        {k: stats.get(k) for k in ("spec_method", "spec_k", "spec_target_k",
-                                   "spec_window_acceptance", "spec_step_downs")}, default=str)
-        + " " + json.dumps({k: v for k, v in stats.items() if "spec" in k or "draft" in k
-                            or "accept" in k}, default=str)[:400])
+    note(
+        "stats after 4 requests: "
+        + json.dumps(
+            {
+                k: stats.get(k)
+                for k in (
+                    "spec_method",
+                    "spec_k",
+                    "spec_target_k",
+                    "spec_window_acceptance",
+                    "spec_step_downs",
+                )
+            },
+            default=str,
+        )
+        + " "
+        + json.dumps(
+            {k: v for k, v in stats.items() if "spec" in k or "draft" in k or "accept" in k},
+            default=str,
+        )[:400]
+    )
     out["decode_tok_s"] = round(statistics.median(r.tokens_per_s or 0 for r in results), 1)
     target = stats.get("spec_target_k")
     out["k_target_after_window"] = target
@@ -417,17 +524,29 @@ async def run_mtp(model_dir: Path, args: argparse.Namespace, on_gpu: bool) -> di
 
 
 def render(results: dict[str, Any], floors: dict[str, Any]) -> str:
-    cols = [("start_s", "start s"), ("decode_tok_s", "decode tok/s"),
-            ("decode_vs_floor", "vs floor"), ("ttft_4k_s", "TTFT 4K s"),
-            ("ttft_32k_s", "TTFT 32K s"), ("ttft_128k_s", "TTFT 128K s"),
-            ("append_ttft_s", "4.5K on 120K s"), ("append_vs_floor", "vs floor"),
-            ("slid_ttft_s", "after slide s"), ("itl_p50_ms", "gap p50 ms"),
-            ("itl_p99_ms", "gap p99 ms"), ("itl_max_ms", "gap max ms"),
-            ("prefill_busy_over_alone", "128K prefill x"), ("peak_mem_gib", "peak GiB")]
-    lines = [f"Device: {floors.get('device')}, copy {floors.get('copy_gbps')} GB/s, bf16 matmul "
-             f"{floors.get('matmul_tflops')} TFLOP/s (measured in this run)", "",
-             "| config | " + " | ".join(c[1] for c in cols) + " |",
-             "|---" * (len(cols) + 1) + "|"]
+    cols = [
+        ("start_s", "start s"),
+        ("decode_tok_s", "decode tok/s"),
+        ("decode_vs_floor", "vs floor"),
+        ("ttft_4k_s", "TTFT 4K s"),
+        ("ttft_32k_s", "TTFT 32K s"),
+        ("ttft_128k_s", "TTFT 128K s"),
+        ("append_ttft_s", "4.5K on 120K s"),
+        ("append_vs_floor", "vs floor"),
+        ("slid_ttft_s", "after slide s"),
+        ("itl_p50_ms", "gap p50 ms"),
+        ("itl_p99_ms", "gap p99 ms"),
+        ("itl_max_ms", "gap max ms"),
+        ("prefill_busy_over_alone", "128K prefill x"),
+        ("peak_mem_gib", "peak GiB"),
+    ]
+    lines = [
+        f"Device: {floors.get('device')}, copy {floors.get('copy_gbps')} GB/s, bf16 matmul "
+        f"{floors.get('matmul_tflops')} TFLOP/s (measured in this run)",
+        "",
+        "| config | " + " | ".join(c[1] for c in cols) + " |",
+        "|---" * (len(cols) + 1) + "|",
+    ]
     for name, r in results.items():
         if name == "mtp" or "error" in r:
             continue
@@ -437,10 +556,12 @@ def render(results: dict[str, Any], floors: dict[str, Any]) -> str:
             lines.append(f"\n{name}: FAILED: {r['error']}")
     if "mtp" in results and "error" not in results["mtp"]:
         m = results["mtp"]
-        lines.append(f"\nMTP (random weights: acceptance is meaningless): method {m['spec_method']}"
-                     f" k={m['spec_k']}, start {m['start_s']} s, decode {m['decode_tok_s']} tok/s,"
-                     f" controller target k={m.get('k_target_after_window')}, k after restart "
-                     f"{m.get('spec_k_after_restart')}")
+        lines.append(
+            f"\nMTP (random weights: acceptance is meaningless): method {m['spec_method']}"
+            f" k={m['spec_k']}, start {m['start_s']} s, decode {m['decode_tok_s']} tok/s,"
+            f" controller target k={m.get('k_target_after_window')}, k after restart "
+            f"{m.get('spec_k_after_restart')}"
+        )
     return "\n".join(lines)
 
 
@@ -454,12 +575,18 @@ def chart(results: dict[str, Any], path: Path) -> None:
         print("matplotlib missing: no chart")
         return
     names = [n for n, r in results.items() if n != "mtp" and "error" not in r]
-    metrics = [("decode_tok_s", "decode tok/s (batch 1)"), ("append_ttft_s", "4.5K on 120K: TTFT s"),
-               ("itl_max_ms", "longest decode gap during 128K prefill, ms")]
+    metrics = [
+        ("decode_tok_s", "decode tok/s (batch 1)"),
+        ("append_ttft_s", "4.5K on 120K: TTFT s"),
+        ("itl_max_ms", "longest decode gap during 128K prefill, ms"),
+    ]
     fig, axes = plt.subplots(1, len(metrics), figsize=(15, 4))
     for ax, (key, title) in zip(axes, metrics, strict=True):
         ax.bar(names, [results[n].get(key) or 0 for n in names], color="#4a7ab5")
         ax.set_title(title, fontsize=10)
+        if key == "itl_max_ms":
+            ax.set_yscale("log")  # chunking off stalls 9 s; the others differ within 100s of ms
+            ax.axhline(100, color="#c0392b", linestyle="--", linewidth=1)
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -495,25 +622,86 @@ async def main_async(args: argparse.Namespace) -> None:
 
             traceback.print_exc()
             results[name] = {"error": repr(exc)[:500]}
-        path.write_text(json.dumps({"floors": floors, "shape": cfg, "scale": args.scale,
-                                    "weight_bytes": 2 * shape_params(cfg),
-                                    "configs": results}, indent=2, default=str))
+        path.write_text(
+            json.dumps(
+                {
+                    "floors": floors,
+                    "shape": cfg,
+                    "scale": args.scale,
+                    "weight_bytes": 2 * shape_params(cfg),
+                    "configs": results,
+                },
+                indent=2,
+                default=str,
+            )
+        )
     table = render(results, floors)
     (out / "table.md").write_text(table + "\n")
     print(table, flush=True)
     chart(results, out / "chart.png")
 
 
+def merge(out: Path, parts: list[Path]) -> None:
+    """One table and chart from the results.json of several commands of one lease (a device
+    command may run 10 minutes at most; the floors are re-measured in each)."""
+    results: dict[str, Any] = {}
+    floors: list[dict[str, Any]] = []
+    for part in parts:
+        data = json.loads(part.read_text())
+        floors.append(data["floors"])
+        for name, r in data["configs"].items():
+            key = name if name not in results else f"{name} (repeat)"
+            results[key] = r
+    merged_floors = dict(floors[0])
+    for key in ("copy_gbps", "matmul_tflops"):
+        values = [f[key] for f in floors if f.get(key)]
+        merged_floors[key] = round(statistics.median(values), 1) if values else None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "floors": merged_floors,
+                "floors_per_command": floors,
+                "shape": QWEN3_4B,
+                "weight_bytes": 2 * shape_params(QWEN3_4B),
+                "configs": results,
+            },
+            indent=2,
+        )
+    )
+    table = render(results, merged_floors)
+    (out / "table.md").write_text(table + "\n")
+    print(table)
+    chart(results, out / "chart.png")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        help="only merge these results.json files into --out (no engine runs)",
+    )
     ap.add_argument("--configs", default="defaults,eager,nochunk,tuned,tuned-ngram,mtp")
     ap.add_argument("--scale", type=float, default=1.0)
-    ap.add_argument("--mtp-profile", default="h200-bench",
-                    help="profile for the mtp configuration (cpu-dev for a CPU smoke run)")
-    ap.add_argument("--mtp-model", choices=["qwen3-next-small", "dense"],
-                    default="qwen3-next-small", help="dense: a CPU smoke run of the code path")
-    asyncio.run(main_async(ap.parse_args()))
+    ap.add_argument(
+        "--mtp-profile",
+        default="h200-bench",
+        help="profile for the mtp configuration (cpu-dev for a CPU smoke run)",
+    )
+    ap.add_argument(
+        "--mtp-model",
+        choices=["qwen3-next-small", "dense"],
+        default="qwen3-next-small",
+        help="dense: a CPU smoke run of the code path",
+    )
+    args = ap.parse_args()
+    if args.merge:
+        merge(Path(args.out), args.merge)
+    else:
+        asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
