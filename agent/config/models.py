@@ -348,6 +348,11 @@ class AgentConfig(_Model):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Self:
+        if self.llm.enabled and self.engine is None:
+            raise LocatedError(
+                "llm.enabled needs an `engine:` section (normally from the device profile)",
+                ("llm", "enabled"),
+            )
         seen: set[str] = set()
         for i, fault in enumerate(self.faults):
             if fault.code in seen:

@@ -1,0 +1,68 @@
+"""Hosts the embedded engine inside the daemon: start it beside the pipeline, report it.
+
+The keyword tier never waits for the engine: the engine starts in its own task after MQTT
+and the pipeline are up (a CPU start takes 10-30 s, a cold GPU start minutes). A profile
+the memory planner says cannot fit is refused before vLLM is touched, with the planner's
+verdict in the log and in the status; the service then runs keyword-only instead of
+dying in vLLM's startup. The slow tier (LLM analysis, issue 3) and the OOM watchdog
+(issue 5) build on this host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from agent.engine import Engine, EngineError, EngineProfile, EngineWontFit
+
+__all__ = ["LlmHost"]
+
+log = structlog.get_logger(__name__)
+
+
+class LlmHost:
+    def __init__(self, profile: EngineProfile) -> None:
+        self.profile = profile
+        self.engine = Engine()
+        self.state = "stopped"  # stopped, starting, running, refused, failed
+        self.detail: str | None = None
+
+    async def run(self) -> None:
+        """Start the engine once; a refusal or failure leaves the service keyword-only."""
+        self.state = "starting"
+        try:
+            info = await self.engine.start(self.profile)
+        except EngineWontFit as exc:
+            self.state, self.detail = "refused", exc.verdict
+            log.error("engine.refused", verdict=exc.verdict, plan=exc.plan_text)
+            return
+        except EngineError as exc:
+            self.state, self.detail = "failed", str(exc)
+            log.error("engine.failed", error=str(exc))
+            return
+        self.state, self.detail = "running", info.plan_verdict
+        log.info(
+            "engine.ready",
+            vllm_version=info.vllm_version,
+            backend=info.backend,
+            model=str(info.model_dir),
+            start_s=round(info.start_seconds, 1),
+            spec=f"{info.spec_method} k={info.spec_k}",
+            plan=info.plan_verdict,
+        )
+
+    async def stop(self) -> None:
+        if self.engine.state != "stopped":
+            await self.engine.shutdown()
+        self.state = "stopped"
+
+    def snapshot(self) -> dict[str, Any]:
+        info = self.engine.info
+        return {
+            "state": self.state,
+            "detail": self.detail,
+            "vllm_version": info.vllm_version if info else None,
+            "backend": info.backend if info else None,
+            "spec": f"{info.spec_method} k={info.spec_k}" if info else None,
+        }
