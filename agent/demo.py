@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,18 @@ import aiomqtt
 from agent.config import load_config
 from agent.devbroker import DevBroker
 
-__all__ = ["load_sample", "run_demo"]
+__all__ = ["load_sample", "run_argv", "run_demo"]
 
 _QUIET_END_S = 6  # short, so the demo also shows alerts ending
+
+
+def run_argv(config: Path, overrides: Sequence[str] = ()) -> list[str]:
+    """The command line of `edge-agent run` in a child process of this interpreter (the
+    demo, the benchmarks and the tests all start the service this way)."""
+    argv = [sys.executable, "-m", "agent.cli.edge_agent", "run", "--config", str(config)]
+    for option in overrides:
+        argv += ["--set", option]
+    return argv
 
 
 def load_sample(path: Path, base: float) -> list[dict[str, Any]]:
@@ -99,22 +109,15 @@ def run_demo(config: Path, sample: Path, speed: float) -> int:
         note = "" if broker.kind == "mosquitto" else " (mosquitto not installed: in-process amqtt)"
         print(f"-- broker: {broker.kind} on 127.0.0.1:{broker.port}{note}")
         log_path = work / "edge-agent.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "agent.cli.edge_agent",
-            "run",
-            "--config",
-            str(config),
-            "--set",
-            f"mqtt.port={broker.port}",
-            "--set",
-            f"outbox.path={work / 'outbox.sqlite'}",
-            "--set",
-            f"streams.defaults.alerts.quiet_end_s={_QUIET_END_S}",
-            "--set",
-            "streams.defaults.alerts.debounce_s=2",
-        ]
+        argv = run_argv(
+            config,
+            [
+                f"mqtt.port={broker.port}",
+                f"outbox.path={work / 'outbox.sqlite'}",
+                f"streams.defaults.alerts.quiet_end_s={_QUIET_END_S}",
+                "streams.defaults.alerts.debounce_s=2",
+            ],
+        )
         with log_path.open("wb") as log:
             child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=os.environ)
         print(f"-- service: profile {loaded.config.profile}, log {log_path}")

@@ -33,6 +33,7 @@ import aiomqtt
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agent.demo import run_argv  # noqa: E402
 from agent.devbroker import DevBroker  # noqa: E402
 
 PHRASES = [
@@ -127,24 +128,16 @@ def main() -> None:
         "phases": {},
     }
     with DevBroker(workdir=work) as broker:
-        argv = [
-            sys.executable,
-            "-m",
-            "agent.cli.edge_agent",
-            "run",
-            "--config",
-            str(REPO / "configs/agent.yaml"),
-            "--set",
-            f"mqtt.port={broker.port}",
-            "--set",
-            f"mqtt.topic_prefix={prefix}",
-            "--set",
-            f"outbox.path={work / 'outbox.sqlite'}",
-            "--set",
-            "streams.defaults.alerts.debounce_s=0",
-            "--set",
-            "logging.level=warning",
-        ]
+        argv = run_argv(
+            REPO / "configs/agent.yaml",
+            [
+                f"mqtt.port={broker.port}",
+                f"mqtt.topic_prefix={prefix}",
+                f"outbox.path={work / 'outbox.sqlite'}",
+                "streams.defaults.alerts.debounce_s=0",
+                "logging.level=warning",
+            ],
+        )
         with (work / "agent.log").open("wb") as log:
             agent = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:

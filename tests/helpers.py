@@ -7,7 +7,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 import aiomqtt
 
 from agent.compat import timeout as async_timeout
+from agent.demo import run_argv
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "configs" / "samples" / "line3-shift.jsonl"
@@ -27,9 +27,7 @@ class AgentProcess:
     """`edge-agent run` in a child process, as systemd would run it."""
 
     def __init__(self, config: Path, overrides: list[str], log_path: Path) -> None:
-        self.argv = [sys.executable, "-m", "agent.cli.edge_agent", "run", "--config", str(config)]
-        for option in overrides:
-            self.argv += ["--set", option]
+        self.argv = run_argv(config, overrides)
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
