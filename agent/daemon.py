@@ -285,25 +285,25 @@ class Daemon:
         try:
             async with TaskGroup() as tg:
                 link_task = tg.create_task(self.link.run(), name="mqtt.link")
-                workers = [
-                    tg.create_task(self._detect_loop(), name="detect"),
+                detect = tg.create_task(self._detect_loop(), name="detect")
+                publisher = tg.create_task(self._publish_loop(), name="outbox.publish")
+                background = [
                     tg.create_task(self._tick_loop(), name="alerts.tick"),
                     tg.create_task(self._status_loop(), name="status"),
                     tg.create_task(self.errors.run(), name="errors"),
                 ]
-                publisher = tg.create_task(self._publish_loop(), name="outbox.publish")
                 if self.llm is not None:
-                    workers.append(tg.create_task(self.llm.run(), name="engine.start"))
+                    background.append(tg.create_task(self.llm.run(), name="engine.start"))
                 await stop.wait()
                 log.info("agent.stopping", queued=len(self.queue), outbox_pending=self.outbox.depth)
                 await self._drain_input(drain_timeout_s)
-                workers[0].cancel()
+                detect.cancel()
                 async with self._processing:
                     await self._persist(self.tracker.flush())
                 await self._drain_outbox(drain_timeout_s)
                 publisher.cancel()
                 await self.link.announce_stopped()
-                for task in workers[1:]:
+                for task in background:
                     task.cancel()
                 link_task.cancel()
             # Segments that arrived while we were disconnecting: process them, so their
