@@ -41,6 +41,7 @@ log = structlog.get_logger(__name__)
 
 _EVIDENCE_CHARS = 500
 _TICK_S = 0.5
+_RETRY_S = 1.0
 
 
 class Daemon:
@@ -59,6 +60,7 @@ class Daemon:
             max_future_skew_s=cfg.ingest.max_future_skew_s,
         )
         self.queue: SheddingQueue[Segment] = SheddingQueue(cfg.ingest.queue_size)
+        self._max_streams = cfg.ingest.max_streams
         self.detector = KeywordDetector(cfg.faults, cfg.keywords)
         self.tracker = AlertTracker(lambda sid: cfg.streams.for_stream(sid).alerts)
         self.timelines: dict[str, StreamTimeline] = {}
@@ -92,9 +94,15 @@ class Daemon:
             return
         try:
             segment = parse_transcript(stream_id, bytes(raw), self.limits, time.time())
+            if stream_id not in self.stats.streams and len(self.stats.streams) >= self._max_streams:
+                raise InputRejected(
+                    RejectReason.too_many_streams,
+                    f"already {self._max_streams} streams (ingest.max_streams)",
+                )
         except InputRejected as exc:
             self._reject(topic, len(raw), exc)
             return
+        self.stats.stream(stream_id)  # counted from acceptance on, so the bound holds
         self.stats.accepted += 1
         shed = self.queue.put(segment)
         if shed is not None:
@@ -132,7 +140,6 @@ class Daemon:
         stream = self.stats.stream(seg.stream_id)
         stream.segments += 1
         stream.last_segment_mono = time.monotonic()
-        stream.last_segment_end = seg.end
         timeline = self.timelines.setdefault(seg.stream_id, StreamTimeline())
         merged = timeline.accept(seg)
         if merged.duplicate:
@@ -140,7 +147,9 @@ class Daemon:
             self.stats.duplicates[merged.reason] += 1
             return
         settings = self.cfg.streams.for_stream(seg.stream_id)
-        matches = self.detector.detect(
+        # Off the loop: a long Chinese segment costs up to ~0.5 s of matching.
+        matches = await asyncio.to_thread(
+            self.detector.detect,
             merged.text,
             context=merged.context,
             lang=seg.lang or settings.language,
@@ -231,7 +240,12 @@ class Daemon:
                     log.warning(
                         "outbox.publish_deferred", error=str(exc), pending=self.outbox.depth
                     )
-                    await self.link.wait_disconnected()
+                    if self.link.connected.is_set():
+                        # No PUBACK in time on a live link (a slow or stalled broker): try
+                        # the same row again shortly; a redelivery is deduplicated by id+seq.
+                        await asyncio.sleep(_RETRY_S)
+                    else:
+                        await self.link.wait_disconnected()
                     break
                 await self.outbox.ack(row.id)
                 self.stats.published += 1
@@ -302,6 +316,10 @@ class Daemon:
                     await self._persist(self.tracker.flush())
                 await self._drain_outbox(drain_timeout_s)
                 publisher.cancel()
+                with contextlib.suppress(NotConnectedError):
+                    await self.link.publish(
+                        self.topics.status, self.status_payload("stopped"), retain=True
+                    )
                 await self.link.announce_stopped()
                 for task in background:
                     task.cancel()
@@ -310,6 +328,8 @@ class Daemon:
             # alerts wait in the outbox for the next start.
             while (segment := self.queue.get_nowait()) is not None:
                 await self.process(segment)
+            async with self._processing:
+                await self._persist(self.tracker.flush())
         finally:
             if self.llm is not None:
                 await self.llm.stop()

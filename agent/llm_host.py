@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from agent.engine import Engine, EngineError, EngineProfile, EngineWontFit
+from agent.engine import Engine, EngineProfile, EngineWontFit
 
 __all__ = ["LlmHost"]
 
@@ -37,9 +37,9 @@ class LlmHost:
             self.state, self.detail = "refused", exc.verdict
             log.error("engine.refused", verdict=exc.verdict, plan=exc.plan_text)
             return
-        except EngineError as exc:
-            self.state, self.detail = "failed", str(exc)
-            log.error("engine.failed", error=str(exc))
+        except Exception as exc:  # any failure (an unwritable cache too) leaves keyword-only
+            self.state, self.detail = "failed", f"{type(exc).__name__}: {exc}"
+            log.error("engine.failed", error=self.detail)
             return
         self.state, self.detail = "running", info.plan_verdict
         log.info(

@@ -80,7 +80,8 @@ class _Store:
         events: Sequence[PendingEvent],
         upserts: Sequence[Alert],
         deletes: Sequence[tuple[str, str]],
-    ) -> int:
+    ) -> tuple[int, int]:
+        """Returns (rows shed to stay in bound, depth after the append)."""
         now = time.time()
         with self._tx():
             self.db.executemany(
@@ -97,11 +98,11 @@ class _Store:
             )
             return self._enforce_bound()
 
-    def _enforce_bound(self) -> int:
+    def _enforce_bound(self) -> tuple[int, int]:
         (depth,) = self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()
         excess = depth - self.max_events
         if excess <= 0:
-            return 0
+            return 0, int(depth)
         # Updates are superseded by the alert's later events; shed them before new/end.
         shed = self.db.execute(
             "DELETE FROM outbox WHERE id IN "
@@ -118,7 +119,7 @@ class _Store:
             "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
             (shed,),
         )
-        return int(shed)
+        return int(shed), int(depth) - int(shed)
 
     def peek(self, limit: int) -> list[OutboxRow]:
         rows = self.db.execute(
@@ -190,11 +191,10 @@ class Outbox:
         upserts: Sequence[Alert] = (),
         deletes: Sequence[tuple[str, str]] = (),
     ) -> None:
-        shed = await self._run(lambda s: s.append(events, upserts, deletes))
+        shed, self.depth = await self._run(lambda s: s.append(events, upserts, deletes))
         if shed:
             self.shed += shed
             log.warning("outbox.shed", shed=shed, total=self.shed, bound=self._max_events)
-        self.depth = await self._run(lambda s: s.depth())
         self.changed.set()
 
     async def peek(self, limit: int = 64) -> list[OutboxRow]:

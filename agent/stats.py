@@ -19,7 +19,6 @@ class StreamStats:
     segments: int = 0
     duplicates: int = 0
     last_segment_mono: float | None = None
-    last_segment_end: float | None = None
 
 
 @dataclass

@@ -47,6 +47,7 @@ class RejectReason(str, Enum):
     stream_not_allowed = "stream_not_allowed"
     text_too_long = "text_too_long"
     from_future = "from_future"
+    too_many_streams = "too_many_streams"
 
 
 class InputRejected(Exception):

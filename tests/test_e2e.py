@@ -215,6 +215,7 @@ async def test_malformed_payloads_reported_and_skipped(
     agent = agent_factory(
         "ingest.max_payload_bytes=1024",
         "ingest.allowed_streams=[line3-mic1, line3-mic2]",
+        "ingest.max_streams=1",
         "mqtt.errors_per_minute=1000",
     ).start()
     await watcher.wait_for(lambda w: "online" in _available(w), what="online")
@@ -246,7 +247,20 @@ async def test_malformed_payloads_reported_and_skipped(
             json.dumps({**good, "start": now + 3600, "end": now + 3601}).encode(),
             "from_future",
         ),
+        (
+            f"{prefix}/streams/line3-mic2/transcript",
+            json.dumps({**good, "stream_id": "line3-mic2"}).encode(),
+            "too_many_streams",  # line3-mic1 already holds the one stream allowed
+        ),
     ]
+    quiet = {
+        **good,
+        "seq": 0,
+        "start": now - 10,
+        "end": now - 5,
+        "text": "line three running normally",
+    }
+    await publish_all(broker.port, [(topic, json.dumps(quiet).encode())])
     await publish_all(broker.port, [(t, p) for t, p, _ in bad])
     await publish_all(broker.port, [(topic, json.dumps(good).encode())])
     await watcher.wait_for(
@@ -267,4 +281,49 @@ async def test_malformed_payloads_reported_and_skipped(
     )
     assert agent.alive
     assert len(agent.events("input.rejected")) == len(bad)
+    assert agent.terminate() == 0
+
+
+async def test_slow_puback_is_retried_on_a_live_connection(
+    agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker
+) -> None:
+    """A broker that stalls past publish_timeout_s but keeps the connection (frozen shorter
+    than the keep-alive) does not stop alert delivery: the event is published again."""
+    agent = agent_factory(
+        "mqtt.publish_timeout_s=1", "streams.defaults.alerts.quiet_end_s=2"
+    ).start()
+    await watcher.wait_for(lambda w: "online" in _available(w), what="online")
+    now = time.time()
+    first = {
+        "stream_id": "line3-mic1",
+        "seq": 1,
+        "start": now - 10,
+        "end": now - 5,
+        "text": "belt slipping on conveyor two",
+        "lang": "en",
+    }
+    topic = f"{prefix}/streams/line3-mic1/transcript"
+    await publish_all(broker.port, [(topic, json.dumps(first).encode())])
+    await watcher.wait_for(lambda w: _new_pairs(w.alerts()), what="first alert")
+    # The alert goes quiet (2 s) while the broker is frozen: its end event is published
+    # and no PUBACK comes within the 1 s publish timeout, on a connection that stays up.
+    broker.freeze()
+    await asyncio.sleep(4.0)  # over 2 publish timeouts, well under the 30 s keep-alive
+    broker.thaw()
+    second = {
+        **first,
+        "seq": 2,
+        "start": now - 5,
+        "end": now,
+        "text": "motor overload alarm on press four",
+    }
+    await publish_all(broker.port, [(topic, json.dumps(second).encode())])
+    await watcher.wait_for(
+        lambda w: ("line3-mic1", "motor_overload") in _new_pairs(w.alerts()),
+        what="an alert after the stall",
+    )
+    ends = [e for e in watcher.alerts() if e["type"] == "end"]
+    assert [e["alert"]["fault"] for e in ends][:1] == ["belt_slip"]
+    assert any(e["event"] == "outbox.publish_deferred" for e in agent.events())
+    assert agent.alive
     assert agent.terminate() == 0

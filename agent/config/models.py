@@ -166,6 +166,13 @@ class IngestSettings(_Model):
         title="Stream allow-list",
         description="If set, segments from any other stream id are rejected (strict mode).",
     )
+    max_streams: int = Field(
+        256,
+        ge=1,
+        title="Max streams",
+        description="Distinct stream ids kept in memory; segments of further streams are "
+        "rejected (too_many_streams), so no publisher can grow the agent without bound.",
+    )
     queue_size: int = Field(
         1024,
         ge=1,

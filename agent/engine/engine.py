@@ -153,6 +153,7 @@ class Engine:
         self._restarts = 0
         self._last_profile: EngineProfile | None = None
         self._last_controller: AcceptanceController | None = None
+        self._applied_k: int | None = None  # k of the last start, once a step-down applied
 
     # -- lifecycle -----------------------------------------------------------------------
     @property
@@ -188,6 +189,8 @@ class Engine:
             self._last_profile = profile
             try:
                 self._run = await self._start(profile, speculative_k)
+                if speculative_k is not None:
+                    self._applied_k = speculative_k
             except BaseException:
                 self._state = "stopped"
                 raise
@@ -196,11 +199,24 @@ class Engine:
 
     async def restart(self, profile: EngineProfile | None = None) -> EngineInfo:
         """Shut down and start again, applying the acceptance controller's k target."""
-        profile = profile or self.profile
+        current = self.profile
+        if (
+            profile is not None
+            and current is not None
+            and profile.speculative != current.speculative
+        ):
+            self._applied_k = None  # new speculative settings: start from their k
+        profile = profile or current
         if profile is None:
             raise EngineError("never started: no profile to restart with")
         controller = self._run.controller if self._run else self._last_controller
-        k = controller.target_k if controller is not None and controller.pending else None
+        k: int | None
+        if controller is not None and controller.pending:
+            k = controller.target_k
+        else:
+            # Keep what was stepped down to: a restart for any other reason (the watchdog's)
+            # must not climb back to the profile's k.
+            k = self._applied_k
         await self.shutdown()
         return await self.start(profile, speculative_k=k)
 

@@ -232,6 +232,9 @@ async def test_restart_applies_the_stepped_down_k_and_leaks_no_process(
     assert engine.stats().restarts == 1
     result = await engine.complete([{"role": "user", "content": "Say OK."}], max_tokens=4)
     assert result.token_ids
+    # A restart for another reason (the watchdog's) keeps the stepped-down k.
+    again = await engine.restart()
+    assert again.spec_k <= 2, again
 
 
 async def test_killed_engine_core_is_detected_and_restart_recovers(
