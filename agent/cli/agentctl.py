@@ -80,20 +80,43 @@ def schema() -> None:
 
 @app.command("plan")
 def plan(
-    model: Annotated[Path, typer.Option(help="Model folder (config.json, safetensors).")],
-    profile: Annotated[str, typer.Option(help="Device profile name or YAML file.")] = "cpu-dev",
+    model: Annotated[
+        Path | None,
+        typer.Option(help="Model folder (config.json, safetensors); default: the profile's."),
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="Device profile name or YAML file (default cpu-dev).")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="Plan the engine this agent config would start "
+            "(profile + file + --set), as the service's refusal does.",
+        ),
+    ] = None,
+    set_: SetOpt = None,
 ) -> None:
     """Say, before anything is loaded, what fits: weights, KV per token, largest context,
     CUDA-graph and activation allowance, and a verdict. Exit 0 if it fits, 1 if not."""
     from agent.engine import PlanError, ProfileError, load_engine_profile, plan_memory
 
     try:
-        resolved = load_engine_profile(profile)
-        result = plan_memory(model, resolved)
+        if config is not None:
+            engine = load_or_exit(config, set_ or [], profile).config.engine
+            if engine is None:
+                typer.echo(f"{config}: no engine section (profile or file)", err=True)
+                raise typer.Exit(2)
+            name = f"{config} ({profile or 'its profile'})"
+        else:
+            engine = load_engine_profile(profile or "cpu-dev")
+            name = profile or "cpu-dev"
+        result = plan_memory(model or engine.model_path(), engine)
     except (PlanError, ProfileError) as exc:
         typer.echo(f"cannot plan: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(result.render(profile))
+    typer.echo(result.render(name))
     raise typer.Exit(0 if result.fits else 1)
 
 
