@@ -23,7 +23,7 @@ from agent.engine.errors import (
     EngineWontFit,
 )
 from agent.engine.model_prep import ModelPrepError, ensure_default_model
-from agent.engine.planner import MemoryPlan, PlanError, plan_command, plan_memory
+from agent.engine.planner import MemoryPlan, PlanError, plan_memory
 from agent.engine.profile import EngineProfile, ProfileError, load_engine_profile
 from agent.engine.repetition import RepetitionGuard
 from agent.engine.speculative import AcceptanceController, choose_speculation, detect_mtp
@@ -54,6 +54,5 @@ __all__ = [
     "detect_mtp",
     "ensure_default_model",
     "load_engine_profile",
-    "plan_command",
     "plan_memory",
 ]

@@ -34,9 +34,9 @@ from agent.engine.model_config import (
     text_config,
 )
 from agent.engine.model_shape import ModelShape, model_shape
-from agent.engine.profile import EngineProfile, load_engine_profile
+from agent.engine.profile import EngineProfile
 
-__all__ = ["MemoryPlan", "PlanError", "plan_command", "plan_memory"]
+__all__ = ["MemoryPlan", "PlanError", "plan_memory"]
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _DTYPE_LABEL = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -327,16 +327,3 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         fits=fits,
         verdict=verdict,
     )
-
-
-def plan_command(model_dir: Path, profile: EngineProfile | str) -> str:
-    """Text for `agentctl plan --model DIR --profile NAME`; plan_memory(...).fits gives
-    the exit status.
-
-    Raises:
-        PlanError: unreadable model folder.
-        ProfileError: unknown or invalid profile name.
-    """
-    resolved = load_engine_profile(profile) if isinstance(profile, str) else profile
-    name = profile if isinstance(profile, str) else None
-    return plan_memory(model_dir, resolved).render(name)

@@ -14,7 +14,6 @@ from agent.engine import (
     EngineProfile,
     EngineWontFit,
     load_engine_profile,
-    plan_command,
     plan_memory,
 )
 from agent.engine.profile import DeviceSettings, MemorySettings
@@ -216,9 +215,9 @@ def test_smollm2_real_converted_checkpoint(default_model: Path) -> None:
     assert plan.kv_capacity_tokens == 11_648
 
 
-def test_plan_command_prints_the_numbers_and_the_verdict(model_dir: ModelDirFactory) -> None:
+def test_plan_render_prints_the_numbers_and_the_verdict(model_dir: ModelDirFactory) -> None:
     folder = model_dir(SMOLLM2, tensors=smollm2_tensor_shapes())
-    text = plan_command(folder, "cpu-dev")
+    text = plan_memory(folder, load_engine_profile("cpu-dev")).render("cpu-dev")
     lines = text.splitlines()
     assert lines[0].split() == ["profile", "cpu-dev"]
     assert lines[-1].split(None, 1) == ["verdict", "fits 8K with bf16 KV"]
