@@ -1,11 +1,13 @@
-"""The daemon: MQTT in -> ingest -> overlap merge -> keyword tier -> tracker -> outbox -> MQTT out.
+"""The daemon: MQTT in -> ingest -> overlap merge -> keyword tier -> tracker -> outbox -> MQTT out,
+and, with `llm.enabled`, merged text -> per-stream rolling context -> LLM analysis -> tracker.
 
 Tasks (one TaskGroup, each named): the broker link, the detector loop over the bounded
 ingest queue, the tracker tick (debounce flushes, quiet ends), the outbox publisher, the
-error reporter and the status publisher. Stopping drains in the order that loses nothing:
-finish the queued segments, flush pending updates into the outbox, give the outbox a
-grace period to empty (what remains stays on disk for the next start), announce
-`stopped`, disconnect, then persist anything that arrived meanwhile.
+error reporter and the status publisher; with the LLM, the engine start and the analysis
+workers (pipelines.analysis), which never hold up the keyword tier. Stopping drains in the
+order that loses nothing: finish the queued segments, flush pending updates into the
+outbox, give the outbox a grace period to empty (what remains stays on disk for the next
+start), announce `stopped`, disconnect, then persist anything that arrived meanwhile.
 """
 
 from __future__ import annotations
@@ -14,23 +16,27 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiomqtt
 import structlog
 
 from agent import __version__
-from agent.compat import TaskGroup
 from agent.config.loader import LoadedConfig, resolve_mqtt_password
 from agent.errors_report import ErrorReporter
+from pipelines.compat import TaskGroup
 
 if TYPE_CHECKING:
+    from agent.analysis_link import EngineCodec
     from agent.llm_host import LlmHost
 from agent.mqtt import MqttLink, NotConnectedError, Topics
 from agent.outbox import Outbox, PendingEvent
 from agent.stats import Stats
 from pipelines.alerts import AlertEvent, AlertTracker, EventType, Evidence, Observation
+from pipelines.analysis import Analyzer
 from pipelines.detect import KeywordDetector
+from pipelines.evidence import AcceptedFault
 from pipelines.ingest import IngestLimits, InputRejected, RejectReason, Segment, parse_transcript
 from pipelines.overlap import StreamTimeline
 from pipelines.queues import SheddingQueue
@@ -72,10 +78,25 @@ class Daemon:
             self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
         )
         self.llm: LlmHost | None = None
+        self.analysis: Analyzer | None = None
+        self._codec: EngineCodec | None = None
         if cfg.llm.enabled and cfg.engine is not None:
-            from agent.llm_host import LlmHost  # imports the engine package only when used
+            # Imports the engine package only when used.
+            from agent.analysis_link import EngineCodec, EngineLlm
+            from agent.llm_host import LlmHost
 
             self.llm = LlmHost(cfg.engine)
+            self._codec = EngineCodec(self.llm)
+            self.analysis = Analyzer(
+                EngineLlm(self.llm),
+                self._codec,
+                cfg.llm,
+                cfg.faults,
+                budget=cfg.llm.context_budget(cfg.engine),
+                on_faults=self._on_llm_faults,
+                priority=self._keyword_alert_streams,
+                disabled_for=lambda sid: cfg.streams.for_stream(sid).disabled_faults,
+            )
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
 
@@ -183,6 +204,50 @@ class Daemon:
                 )
             )
         await self._persist(events)
+        if self.analysis is not None:
+            self.analysis.add(
+                seg.stream_id,
+                seq=seg.seq,
+                start=merged.start,
+                end=seg.end,
+                text=merged.text,
+                faults=[m.code for m in matches],
+            )
+
+    def _keyword_alert_streams(self) -> set[str]:
+        return {a.stream_id for a in self.tracker.active() if "keyword" in a.sources}
+
+    async def _on_llm_faults(self, stream_id: str, faults: Sequence[AcceptedFault]) -> None:
+        """Accepted LLM faults join the keyword tier's alerts in the same tracker."""
+        async with self._processing:
+            events: list[AlertEvent] = []
+            for fault in faults:
+                self.stats.llm_faults += 1
+                log.info(
+                    "llm.fault",
+                    stream_id=stream_id,
+                    seq=fault.line.seq,
+                    fault=fault.code,
+                    quote=fault.quote,
+                    trend=fault.trend,
+                )
+                events += self.tracker.observe(
+                    Observation(
+                        stream_id=stream_id,
+                        fault=fault.code,
+                        label=fault.label,
+                        severity=fault.severity,
+                        source="llm",
+                        evidence=Evidence(
+                            text=fault.quote[:_EVIDENCE_CHARS],
+                            start=fault.line.start,
+                            end=fault.line.end,
+                            seq=fault.line.seq,
+                            note=fault.trend,
+                        ),
+                    )
+                )
+            await self._persist(events)
 
     async def _persist(self, events: list[AlertEvent]) -> None:
         if not events:
@@ -258,7 +323,8 @@ class Daemon:
             await asyncio.sleep(self.cfg.mqtt.status_interval_s)
 
     def status_snapshot(self, state: str = "running") -> dict[str, Any]:
-        return self.stats.snapshot(
+        analysis = self.analysis.snapshot() if self.analysis is not None else None
+        snap = self.stats.snapshot(
             device_id=self.cfg.device_id,
             version=__version__,
             state=state,
@@ -266,6 +332,7 @@ class Daemon:
             llm={
                 "enabled": self.cfg.llm.enabled,
                 **(self.llm.snapshot() if self.llm is not None else {}),
+                **({"analysis": analysis} if analysis is not None else {}),
             },
             queue={"depth": len(self.queue), "max": self.queue.maxsize, "shed": self.queue.shed},
             outbox={
@@ -275,6 +342,10 @@ class Daemon:
             },
             active_alerts=len(self.tracker.active()),
         )
+        if analysis is not None:  # each stream's window beside its ingest counters
+            for sid, ctx in analysis.pop("streams").items():
+                snap["streams"].setdefault(sid, {})["context"] = ctx
+        return snap
 
     def status_payload(self, state: str = "running") -> bytes:
         return json.dumps(self.status_snapshot(state), ensure_ascii=False).encode()
@@ -308,6 +379,8 @@ class Daemon:
                 ]
                 if self.llm is not None:
                     background.append(tg.create_task(self.llm.run(), name="engine.start"))
+                if self.analysis is not None:
+                    background.append(tg.create_task(self.analysis.run(), name="analysis"))
                 await stop.wait()
                 log.info("agent.stopping", queued=len(self.queue), outbox_pending=self.outbox.depth)
                 await self._drain_input(drain_timeout_s)
@@ -333,6 +406,8 @@ class Daemon:
         finally:
             if self.llm is not None:
                 await self.llm.stop()
+            if self._codec is not None:
+                self._codec.close()
             await self.outbox.close()
             log.info("agent.stopped", outbox_pending=self.outbox.depth)
 

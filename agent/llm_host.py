@@ -4,12 +4,15 @@ The keyword tier never waits for the engine: the engine starts in its own task a
 and the pipeline are up (a CPU start takes 10-30 s, a cold GPU start minutes). A profile
 the memory planner says cannot fit is refused before vLLM is touched, with the planner's
 verdict in the log and in the status; the service then runs keyword-only instead of
-dying in vLLM's startup. The slow tier (LLM analysis, issue 3) and the OOM watchdog
-(issue 5) build on this host.
+dying in vLLM's startup. `ready` is set while the engine serves: the slow tier
+(pipelines.analysis, through agent.analysis_link) waits on it, and clears it through
+`mark_down` when a request finds the engine gone. The OOM watchdog (issue 5) builds on
+this host.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import structlog
@@ -27,6 +30,7 @@ class LlmHost:
         self.engine = Engine()
         self.state = "stopped"  # stopped, starting, running, refused, failed
         self.detail: str | None = None
+        self.ready = asyncio.Event()  # set while the engine serves requests
 
     async def run(self) -> None:
         """Start the engine once; a refusal or failure leaves the service keyword-only."""
@@ -42,6 +46,7 @@ class LlmHost:
             log.error("engine.failed", error=self.detail)
             return
         self.state, self.detail = "running", info.plan_verdict
+        self.ready.set()
         log.info(
             "engine.ready",
             vllm_version=info.vllm_version,
@@ -52,7 +57,16 @@ class LlmHost:
             plan=info.plan_verdict,
         )
 
+    def mark_down(self, exc: BaseException) -> None:
+        """A request found the engine not serving (its core died): stop sending requests
+        until it is started again."""
+        if self.ready.is_set():
+            self.ready.clear()
+            self.state, self.detail = "failed", f"{type(exc).__name__}: {exc}"
+            log.error("engine.down", error=self.detail)
+
     async def stop(self) -> None:
+        self.ready.clear()
         if self.engine.state != "stopped":
             await self.engine.shutdown()
         self.state = "stopped"

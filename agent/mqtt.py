@@ -22,9 +22,9 @@ import aiomqtt
 import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
-from agent.compat import timeout
 from agent.config.models import MqttSettings
 from agent.stats import Stats
+from pipelines.compat import timeout
 
 __all__ = ["MqttLink", "NotConnectedError", "Topics"]
 

@@ -34,6 +34,7 @@ class Stats:
     ingest_shed: int = 0
     detect_errors: int = 0
     keyword_matches: int = 0
+    llm_faults: int = 0
     alert_events: Counter[str] = field(default_factory=Counter)
     published: int = 0
     publish_failures: int = 0
@@ -60,7 +61,11 @@ class Stats:
                 "duplicates": dict(self.duplicates),
                 "shed": self.ingest_shed,
             },
-            "detect": {"keyword_matches": self.keyword_matches, "errors": self.detect_errors},
+            "detect": {
+                "keyword_matches": self.keyword_matches,
+                "llm_faults": self.llm_faults,
+                "errors": self.detect_errors,
+            },
             "alerts": {
                 "events": dict(self.alert_events),
                 "published": self.published,

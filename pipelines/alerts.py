@@ -1,9 +1,12 @@
 """Alert lifecycle: one stable id per (stream, fault) while active; new / update / end.
 
-Both tiers (keyword now, LLM later) feed one tracker. A repeated match of an active alert
-adds evidence and bumps its count; updates are debounced (at most one per `debounce_s`,
-the latest state wins); an alert ends after `quiet_end_s` without a match. Every event
-carries a per-alert sequence number so consumers can drop redeliveries (id + seq).
+Both tiers (keyword and LLM) feed one tracker, so a fault seen by both is one alert:
+`source` says which tier raised it first, `sources` every tier that has seen it. A repeated
+match of an active alert adds evidence and bumps its count; a second tier confirming a
+segment already in the evidence adds its name to `sources` without counting the segment
+twice. Updates are debounced (at most one per `debounce_s`, the latest state wins); an
+alert ends after `quiet_end_s` without a match. Every event carries a per-alert sequence
+number so consumers can drop redeliveries (id + seq).
 
 Timers run on a monotonic clock (NTP may step a device's wall clock); `first_seen` and
 `last_seen` are the audio's own epoch times, taken from the evidence.
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
@@ -47,10 +50,12 @@ class AlertTiming(Protocol):
 
 @dataclass(frozen=True)
 class Evidence:
-    text: str
+    text: str  # keyword tier: the new text of the segment; LLM tier: the verified quote
     start: float
     end: float
     seq: int
+    source: str = "keyword"  # the tier that saw it (the tracker stamps it)
+    note: str | None = None  # the LLM's trend note, if any
 
 
 @dataclass(frozen=True)
@@ -72,12 +77,13 @@ class Alert:
     fault: str
     label: str
     severity: str
-    source: str
+    source: str  # the tier that raised it
     evidence: list[Evidence]
     first_seen: float
     last_seen: float
     count: int
     event_seq: int = 0
+    sources: list[str] = field(default_factory=list)  # every tier that has seen it
     # Tracker bookkeeping on the monotonic clock; not part of the published alert.
     last_match_mono: float = field(default=0.0, compare=False)
     last_emit_mono: float = field(default=0.0, compare=False)
@@ -91,6 +97,7 @@ class Alert:
             "label": self.label,
             "severity": self.severity,
             "source": self.source,
+            "sources": self.sources or [self.source],
             "evidence": [asdict(e) for e in self.evidence],
             "first_seen": self.first_seen,
             "last_seen": self.last_seen,
@@ -111,6 +118,7 @@ class Alert:
             last_seen=data["last_seen"],
             count=data["count"],
             event_seq=event_seq,
+            sources=list(data.get("sources") or [data["source"]]),
         )
 
 
@@ -162,6 +170,7 @@ class AlertTracker:
 
     def observe(self, obs: Observation) -> list[AlertEvent]:
         now = self._mono()
+        evidence = replace(obs.evidence, source=obs.source)
         timing = self._timing_for(obs.stream_id)
         key = (obs.stream_id, obs.fault)
         alert = self._active.get(key)
@@ -173,21 +182,30 @@ class AlertTracker:
                 label=obs.label,
                 severity=obs.severity,
                 source=obs.source,
-                evidence=[obs.evidence],
-                first_seen=obs.evidence.start,
-                last_seen=obs.evidence.end,
+                evidence=[evidence],
+                first_seen=evidence.start,
+                last_seen=evidence.end,
                 count=1,
                 last_match_mono=now,
+                sources=[obs.source],
             )
             self._active[key] = alert
             return [self._emit(alert, EventType.new, now)]
-        alert.count += 1
-        alert.evidence = [*alert.evidence, obs.evidence][-timing.max_evidence :]
-        alert.first_seen = min(alert.first_seen, obs.evidence.start)
-        alert.last_seen = max(alert.last_seen, obs.evidence.end)
-        if obs.source != alert.source:
-            alert.source = obs.source if alert.source == "keyword" else alert.source
-        alert.last_match_mono = now
+        new_source = obs.source not in alert.sources
+        if new_source:
+            alert.sources = [*alert.sources, obs.source]
+        if any(e.seq == evidence.seq for e in alert.evidence):
+            # The other tier confirming a segment already counted: one segment is one
+            # match, whoever saw it; only the list of tiers changes.
+            if not new_source:
+                return []
+            alert.evidence = [*alert.evidence, evidence][-timing.max_evidence :]
+        else:
+            alert.count += 1
+            alert.evidence = [*alert.evidence, evidence][-timing.max_evidence :]
+            alert.first_seen = min(alert.first_seen, evidence.start)
+            alert.last_seen = max(alert.last_seen, evidence.end)
+            alert.last_match_mono = now
         if now - alert.last_emit_mono >= timing.debounce_s:
             return [self._emit(alert, EventType.update, now)]
         alert.dirty = True

@@ -54,6 +54,13 @@ class FaultRule(BaseModel):
         title="Keywords",
         description="Phrases per language code that raise this fault when spoken.",
     )
+    related: dict[str, list[str]] = Field(
+        default_factory=dict,
+        title="Related words",
+        description="Words per language that describe this fault in other words (running "
+        "hot, grinding). They raise nothing by themselves; an LLM fault must quote a "
+        "segment holding a word of its labels, keywords or these (llm.require_topic_word).",
+    )
 
     @field_validator("labels")
     @classmethod

@@ -51,6 +51,7 @@ def agent_factory(
                 f"outbox.path={tmp_path / 'state' / 'outbox.sqlite'}",
                 "mqtt.reconnect_max_s=1",
                 "mqtt.status_interval_s=1",
+                "llm.enabled=false",  # the engine only where a test asks for it (slow start)
                 *overrides,
             ],
             tmp_path / f"agent-{len(started)}.log",
@@ -70,3 +71,16 @@ async def watcher(broker: DevBroker, prefix: str) -> AsyncIterator[MqttWatcher]:
     await w.start()
     yield w
     await w.stop()
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    """The converted default model (converted once, ~30 s, then reused from the cache)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from agent.engine import ModelPrepError, ensure_default_model
+
+    try:
+        return ensure_default_model()
+    except ModelPrepError as exc:
+        pytest.skip(f"default model unavailable: {exc}")

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiomqtt
 
-from agent.compat import timeout as async_timeout
 from agent.demo import run_argv
+from pipelines.compat import timeout as async_timeout
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "configs" / "samples" / "line3-shift.jsonl"

@@ -83,8 +83,16 @@ def test_first_match_emits_new_alert(clocks: Clocks) -> None:
     assert alert["severity"] == "warning"
     assert alert["source"] == "keyword"
     assert alert["count"] == 1
+    assert alert["sources"] == ["keyword"]
     assert alert["evidence"] == [
-        {"text": "bearing noise #1", "start": WALL0 + 5, "end": WALL0 + 10, "seq": 1}
+        {
+            "text": "bearing noise #1",
+            "start": WALL0 + 5,
+            "end": WALL0 + 10,
+            "seq": 1,
+            "source": "keyword",
+            "note": None,
+        }
     ]
     assert (alert["first_seen"], alert["last_seen"]) == (WALL0 + 5, WALL0 + 10)
     assert event.payload() == {"type": "new", "seq": 1, "ts": WALL0, "alert": alert}
@@ -245,14 +253,45 @@ def test_evidence_is_bounded_to_the_latest_items(clocks: Clocks) -> None:
     assert last["last_seen"] == WALL0 + 25
 
 
-def test_llm_source_upgrades_keyword_alert(clocks: Clocks) -> None:
-    """An LLM confirmation of a keyword alert marks it as from the LLM tier."""
+def test_llm_joins_keyword_alert_as_a_second_source(clocks: Clocks) -> None:
+    """The LLM seeing the same fault updates the keyword alert: one id, both sources."""
+    tracker = make_tracker(clocks, Timing(debounce_s=0))
+    [new] = tracker.observe(obs(1, source="keyword"))
+    [update] = tracker.observe(obs(2, source="llm"))
+    assert update.alert_id == new.alert_id
+    assert update.alert["source"] == "keyword"
+    assert update.alert["sources"] == ["keyword", "llm"]
+    assert update.alert["count"] == 2
+    [later] = tracker.observe(obs(3, source="keyword"))
+    assert later.alert["sources"] == ["keyword", "llm"]
+    assert len(tracker.active()) == 1
+
+
+def test_same_segment_from_both_tiers_counts_once(clocks: Clocks) -> None:
+    """The LLM quoting the segment the keyword tier matched adds its name, not a count;
+    the same tier seeing the same segment again changes nothing."""
     tracker = make_tracker(clocks, Timing(debounce_s=0))
     tracker.observe(obs(1, source="keyword"))
-    [update] = tracker.observe(obs(2, source="llm"))
-    assert update.alert["source"] == "llm"
-    [later] = tracker.observe(obs(3, source="keyword"))
-    assert later.alert["source"] == "llm"
+    [confirm] = tracker.observe(obs(1, source="llm", text="quoted"))
+    assert confirm.type is EventType.update
+    assert confirm.alert["count"] == 1
+    assert confirm.alert["sources"] == ["keyword", "llm"]
+    assert [(e["seq"], e["source"]) for e in confirm.alert["evidence"]] == [
+        (1, "keyword"),
+        (1, "llm"),
+    ]
+    assert tracker.observe(obs(1, source="llm", text="quoted")) == []
+
+
+def test_confirmation_does_not_postpone_the_end(clocks: Clocks) -> None:
+    """Re-confirming an old segment is not a new match: the quiet timer keeps running."""
+    tracker = make_tracker(clocks, Timing(debounce_s=0, quiet_end_s=60))
+    tracker.observe(obs(1, source="keyword"))
+    clocks.mono += 50
+    tracker.observe(obs(1, source="llm"))
+    clocks.mono += 11
+    [end] = tracker.tick()
+    assert end.type is EventType.end
 
 
 def test_per_stream_timing_is_used(clocks: Clocks) -> None:

@@ -57,11 +57,15 @@ def demo(
         "configs/samples/line3-shift.jsonl"
     ),
     speed: Annotated[float, typer.Option(help="Replay speed-up over real time.")] = 10.0,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="KEY.PATH=VALUE over the config (llm.enabled=false: no LLM)."),
+    ] = None,
 ) -> None:
     """Local broker + the service on the embedded defaults + a sample stream; alerts printed."""
     from agent.demo import run_demo
 
-    raise typer.Exit(run_demo(config, sample, speed))
+    raise typer.Exit(run_demo(config, sample, speed, set_ or []))
 
 
 def main() -> None:

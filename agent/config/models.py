@@ -17,6 +17,7 @@ from typing_extensions import Self
 
 from agent.config.merge import deep_merge
 from agent.engine.profile import EngineProfile
+from pipelines.analysis import AnalysisSettings
 from pipelines.detect import FaultRule, KeywordSettings
 
 __all__ = [
@@ -280,10 +281,21 @@ class OutboxSettings(_Model):
     )
 
 
-class LlmSettings(_Model):
+class LlmSettings(AnalysisSettings):
+    """The slow tier: the embedded engine reads each stream's rolling context."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
     enabled: bool = Field(
         False, title="LLM analysis", description="Run the embedded engine's slow-tier analysis."
     )
+
+    def context_budget(self, engine: EngineProfile) -> int:
+        """Tokens of one stream's prompt: the configured window, else what the engine's
+        context length leaves after the answer."""
+        if self.context_tokens is not None:
+            return self.context_tokens
+        return engine.max_model_len - self.max_output_tokens
 
 
 class LogFormat(str, Enum):
@@ -360,6 +372,21 @@ class AgentConfig(_Model):
                 "llm.enabled needs an `engine:` section (normally from the device profile)",
                 ("llm", "enabled"),
             )
+        if self.llm.enabled and self.engine is not None:
+            budget = self.llm.context_budget(self.engine)
+            room = self.engine.max_model_len - self.llm.max_output_tokens
+            if budget > room:
+                raise LocatedError(
+                    f"context_tokens {budget} + max_output_tokens {self.llm.max_output_tokens} "
+                    f"exceed the engine's max_model_len {self.engine.max_model_len}",
+                    ("llm", "context_tokens"),
+                )
+            if budget < 2048:
+                raise LocatedError(
+                    f"the context window would be {budget} tokens; at least 2048 are needed "
+                    "(raise engine.max_model_len or lower llm.max_output_tokens)",
+                    ("llm", "max_output_tokens"),
+                )
         seen: set[str] = set()
         for i, fault in enumerate(self.faults):
             if fault.code in seen:

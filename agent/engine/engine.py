@@ -595,6 +595,11 @@ def _construct(
     )
     known = {f.name for f in dataclasses.fields(arg_utils.AsyncEngineArgs)}
     kwargs = supported_kwargs(engine_kwargs(profile, model_dir, spec), known)
+    if isinstance(kwargs.get("structured_outputs_config"), dict):
+        config = require_module("vllm.config")
+        kwargs["structured_outputs_config"] = config.StructuredOutputsConfig(
+            **kwargs["structured_outputs_config"]
+        )
     args = arg_utils.AsyncEngineArgs(**kwargs)
     exceptions = optional_module("vllm.v1.engine.exceptions")
     sampling = require_module("vllm.sampling_params")

