@@ -20,6 +20,7 @@ What this stage needs from the daemon is declared here as protocols (`AnalysisLl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -228,6 +229,8 @@ class _Stream:
     reported: set[tuple[str, int]] = field(default_factory=set)
     dirty_since: float | None = None
     running: bool = False
+    retry_at: float = 0.0  # monotonic; a failed analysis waits until then
+    retry_delay: float = 0.0
     analyses: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -349,17 +352,18 @@ class Analyzer:
                 tg.create_task(self._worker(), name=f"analysis.worker{i}")
 
     async def _worker(self) -> None:
-        retry = _RETRY_MIN_S
         while True:
             await self.llm.wait_ready()
             self._wake.clear()
-            st = self._pick()
+            st, wait_s = self._pick()
             if st is None:
-                await self._wake.wait()
+                # Nothing due: sleep until new transcript arrives or a retry falls due.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait_s)
                 continue
             try:
                 await self._analyze(st)
-                retry = _RETRY_MIN_S
+                st.retry_delay = 0.0
                 continue
             except LlmUnavailable as exc:
                 log.warning("analysis.engine_unavailable", stream_id=st.stream_id, error=str(exc))
@@ -368,17 +372,21 @@ class Analyzer:
             except Exception:  # one stream's bad analysis must not stop the tier
                 st.failures += 1
                 log.exception("analysis.failed", stream_id=st.stream_id)
-            # The stream is pending again; back off so that a persistent failure is a
-            # slow retry, not a hot loop.
-            await asyncio.sleep(retry)
-            retry = min(retry * 2, _RETRY_MAX_S)
+            # The stream is pending again; it backs off on its own so that a persistent
+            # failure is a slow retry, not a hot loop, and other streams go on meanwhile.
+            st.retry_delay = min(max(st.retry_delay * 2, _RETRY_MIN_S), _RETRY_MAX_S)
+            st.retry_at = self._mono() + st.retry_delay
 
-    def _pick(self) -> _Stream | None:
-        ready = [s for s in self._streams.values() if s.dirty_since is not None and not s.running]
+    def _pick(self) -> tuple[_Stream | None, float | None]:
+        """The next stream to analyse, else how long until a backed-off one is due."""
+        now = self._mono()
+        waiting = [s for s in self._streams.values() if s.dirty_since is not None and not s.running]
+        ready = [s for s in waiting if s.retry_at <= now]
         if not ready:
-            return None
+            due = [s.retry_at - now for s in waiting]
+            return None, (min(due) if due else None)
         first = set(self._priority())
-        return min(ready, key=lambda s: (s.stream_id not in first, s.dirty_since))
+        return min(ready, key=lambda s: (s.stream_id not in first, s.dirty_since)), None
 
     async def analyze(self, stream_id: str) -> AnalysisReport:
         """Analyse one stream now (the workers call this; so do tests and the benchmark).

