@@ -202,3 +202,27 @@ async def test_nothing_runs_until_the_engine_serves() -> None:
     llm.ready.set()
     await until(lambda: a.analyses == 1)
     task.cancel()
+
+
+async def test_overlapping_segments_enter_the_window_once() -> None:
+    """A 30 s window re-transcribed every 10 s reaches the window merged by timestamps:
+    every spoken word appears once in the prompt."""
+    from pipelines.ingest import Segment
+    from pipelines.overlap import StreamTimeline
+
+    words = [f"w{i}" for i in range(120)]  # two words a second, 60 s
+    timeline = StreamTimeline()
+    llm = StandInLlm()
+    a = make(llm)
+    for seq, start in enumerate(range(0, 40, 10)):
+        text = " ".join(words[2 * start : 2 * (start + 30)])
+        seg = Segment(stream_id="mic1", seq=seq, start=1e9 + start, end=1e9 + start + 30, text=text)
+        merged = timeline.accept(seg)
+        if not merged.duplicate:
+            a.add("mic1", seq=seg.seq, start=merged.start, end=seg.end, text=merged.text)
+    await a.analyze("mic1")
+    (ids,) = await WordCodec().encode([" ".join(words)])
+    prompt = llm.prompts[0]
+    assert len(ids) == 120
+    for token in ids:
+        assert prompt.count(token) == 1
