@@ -304,6 +304,7 @@ class Analyzer:
         self._analysis_tail: list[int] = []
         self._tail_reserve = 0
         self._head_reserve = 0
+        self._preparing = asyncio.Lock()
         # Public so a test can force an answer through the engine's real output path.
         self.schema: dict[str, Any] = analysis_schema(
             list(self._catalogue),
@@ -509,24 +510,27 @@ class Analyzer:
 
     # -- the window --------------------------------------------------------------------------
     async def _prepare(self) -> None:
-        if self._frame is not None:
-            return
-        frame = await self.codec.chat_frame()
-        tails = await self.codec.encode(
-            [
-                analysis_request(frame),
-                summary_request(frame, 10**12, self.settings.summary_words),
-            ]
-        )
-        self._analysis_tail = tails[0]
-        self._tail_reserve = max(len(t) for t in tails) + _TAIL_MARGIN
-        # Room for the head at its largest: every summary slot full. Measured on a head
-        # with empty notes, plus each note's cap and its "- " and newline.
-        self._frame = frame
-        slots = ["" for _ in range(self.settings.max_summaries)]
-        (empty,) = await self.codec.encode([self._head_text("x" * 64, slots)])
-        per_note = self.settings.summary_max_tokens + 4
-        self._head_reserve = len(empty) + self.settings.max_summaries * per_note + _TAIL_MARGIN
+        """Tokenize the fixed pieces once (the engine's tokenizer exists only once it ran)."""
+        async with self._preparing:  # several workers may ask at once
+            if self._frame is not None:
+                return
+            frame = await self.codec.chat_frame()
+            tails = await self.codec.encode(
+                [
+                    analysis_request(frame),
+                    summary_request(frame, 10**12, self.settings.summary_words),
+                ]
+            )
+            # Room for the head at its largest: every note slot full. Measured on a head
+            # with empty notes (and the longest stream id), plus each note's cap and its
+            # "- " and newline.
+            slots = ["" for _ in range(self.settings.max_summaries)]
+            (empty,) = await self.codec.encode([self._head_text(frame, "x" * 64, slots)])
+            per_note = self.settings.summary_max_tokens + 4
+            self._head_reserve = len(empty) + self.settings.max_summaries * per_note + _TAIL_MARGIN
+            self._analysis_tail = tails[0]
+            self._tail_reserve = max(len(t) for t in tails) + _TAIL_MARGIN
+            self._frame = frame  # last: its presence means everything above is ready
 
     async def _window(self, st: _Stream) -> ContextWindow:
         if st.window is None:
@@ -539,17 +543,17 @@ class Analyzer:
             )
         return st.window
 
-    def _head_text(self, stream_id: str, summaries: Sequence[str]) -> str:
-        assert self._frame is not None
+    def _head_text(self, frame: ChatFrame, stream_id: str, summaries: Sequence[str]) -> str:
         return render_head(
-            self._frame,
+            frame,
             list(self._catalogue.values()),
             summaries,
             allow_other=self.settings.allow_other,
         ) + render_transcript_open(stream_id)
 
     async def _head(self, st: _Stream) -> list[int]:
-        (ids,) = await self.codec.encode([self._head_text(st.stream_id, st.summaries)])
+        assert self._frame is not None
+        (ids,) = await self.codec.encode([self._head_text(self._frame, st.stream_id, st.summaries)])
         return ids
 
     async def _absorb(self, st: _Stream, window: ContextWindow) -> tuple[int, int, str | None]:

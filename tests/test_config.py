@@ -374,7 +374,7 @@ def test_real_catalogue_is_valid_and_bilingual(
     """configs/agent.yaml loads, and every fault has English and Chinese labels and keywords."""
     write(tmp_path, "description: neutral\n", "cpu-dev.yaml")
     monkeypatch.setenv(PROFILES_ENV, str(tmp_path))  # the file alone, whatever the profile
-    cfg = load_config(REPO / "configs" / "agent.yaml").config
+    cfg = load_config(REPO / "configs" / "agent.yaml", overrides=["llm.enabled=false"]).config
     assert {f.code for f in cfg.faults} >= {
         "bearing_noise",
         "temperature_over_limit",

@@ -25,7 +25,7 @@ def real_config(tmp_path_factory: pytest.TempPathFactory) -> AgentConfig:
     (profiles / "cpu-dev.yaml").write_text("description: neutral\n", encoding="utf-8")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(PROFILES_ENV, str(profiles))
-        return load_config(REPO / "configs" / "agent.yaml").config
+        return load_config(REPO / "configs" / "agent.yaml", overrides=["llm.enabled=false"]).config
 
 
 @pytest.fixture(scope="module")
