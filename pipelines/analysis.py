@@ -663,6 +663,11 @@ class Analyzer:
     def stream_ids(self) -> list[str]:
         return sorted(self._streams)
 
+    def window(self, stream_id: str) -> ContextWindow | None:
+        """The stream's window (None before its first analysis); for reading only."""
+        st = self._streams.get(stream_id)
+        return st.window if st is not None else None
+
     def snapshot(self) -> dict[str, Any]:
         now = self._mono()
         lat = sorted(self._latencies)

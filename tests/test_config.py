@@ -571,3 +571,25 @@ def test_agentctl_show_never_prints_the_password(cfg_dir: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["mqtt"]["password_credential"] == "mqtt-password"
     assert "Sup3r-S3cret" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "reason"),
+    [
+        (["llm.context_tokens=8192"], "llm.context_tokens", "exceed the engine's max_model_len"),
+        (
+            ["llm.context_tokens=null", "engine.max_model_len=2048"],
+            "llm.max_output_tokens",
+            "at least 2048",
+        ),
+        (["engine.skip_tokenizer_init=true"], "llm.enabled", "needs the model's tokenizer"),
+    ],
+)
+def test_slow_tier_window_must_fit_the_engine(overrides: list[str], key: str, reason: str) -> None:
+    """The window and the answer must fit the engine's context, and the slow tier needs the
+    tokenizer: refused at load time, pointing at the key, not at the first analysis."""
+    with pytest.raises(ConfigError) as info:
+        load_config(REPO / "configs" / "agent.yaml", overrides=overrides)
+    [issue] = info.value.issues
+    assert issue.path == key
+    assert reason in issue.reason

@@ -373,6 +373,13 @@ class AgentConfig(_Model):
                 ("llm", "enabled"),
             )
         if self.llm.enabled and self.engine is not None:
+            if self.engine.skip_tokenizer_init:
+                raise LocatedError(
+                    "llm.enabled needs the model's tokenizer (windows are counted in its "
+                    "tokens, answers follow a JSON schema); the profile sets "
+                    "engine.skip_tokenizer_init (benchmark profiles only)",
+                    ("llm", "enabled"),
+                )
             budget = self.llm.context_budget(self.engine)
             room = self.engine.max_model_len - self.llm.max_output_tokens
             if budget > room:

@@ -3,7 +3,11 @@
 A long synthetic shift (bench/context/synth.py: hours of 5 s segments, faults that develop
 slowly) is replayed through `pipelines.analysis.Analyzer` on one embedded engine, twice,
 in one process: once per policy, each on its own Analyzer and stream id (so the two share
-no cached prefix beyond the common start of the head).
+no cached prefix beyond the common start of the head). By default (`--order alternate`)
+the policies fill one after the other, then take their steady analyses round-robin, one
+request at a time: a slow patch of a shared machine falls on both alike (the first full
+CPU run, sequential, lost 9 of naive's 40 analyses to a neighbour's job). `--order
+naive,quarter` runs each policy's whole replay in turn instead.
 
     quarter  the service's policy: a full window drops `llm.drop_fraction` (a quarter) of
              the budget at once, so a full re-prefill happens once per quarter-window
@@ -26,7 +30,7 @@ Per analysis: stream time, prompt/cached tokens, TTFT, latency (the analysis req
 wall time (tokenizing + the summary request at a drop + the analysis), dropped tokens,
 whether a summary was requested, answer validity. A re-prefill is a steady analysis with
 cached < 50% of its prompt. Prints a markdown table; writes DIR/results.json and
-DIR/table.md (after each policy too, so a run cut short keeps what it measured).
+DIR/table.md (also when a policy finishes, so a run cut short keeps what it measured).
 
 CPU (default): configs/agent.yaml on cpu-dev, the real SmolLM2-135M, its tokenizer, the
 analysis JSON schema; budget llm.context_budget (4096).
@@ -196,6 +200,7 @@ class Record:
     valid: bool
     finish_reason: str | None
     window_tokens: int  # head + transcript after the analysis
+    loadavg_1m: float  # this machine's load: a neighbour's job shows here
     cold: bool = False
     re_prefill: bool = False
 
@@ -326,7 +331,7 @@ def render_table(meta: Mapping[str, Any], summaries: Mapping[str, Mapping[str, A
             f"{s['head_tokens']}-token head; fill {s['fill_analyses']} analyses (cold "
             f"{s['cold_prompt_tokens']} prompt tokens, {s['cold_cached_tokens']} cached); "
             f"{s['summaries']} summary requests; {s['invalid_answers']} invalid answers; "
-            f"stopped: {s['stop_reason']}; {s['wall_total_s']} s"
+            f"stopped: {s['stop_reason']}; {s['wall_total_s']} s in its analyses"
         )
     return "\n".join(lines)
 
@@ -335,11 +340,23 @@ def render_table(meta: Mapping[str, Any], summaries: Mapping[str, Mapping[str, A
 
 
 def window_of(a: Analyzer, stream_id: str) -> ContextWindow:
-    """The stream's window. pipelines.analysis has no public accessor for a window's
-    capacity, which the fill and the whole-cycle rule need: read its private stream."""
-    window = a._streams[stream_id].window
+    """The stream's window (its capacity and held tokens: the fill and the whole-cycle
+    rule need them)."""
+    window = a.window(stream_id)
     assert window is not None, "the window exists after the stream's first analysis"
     return window
+
+
+@dataclass
+class Lane:
+    """One policy's replay: its Analyzer, where it is in the shift, when it stops."""
+
+    run: PolicyRun
+    analyzer: Analyzer
+    target: int  # steady analyses at least
+    pos: int = 0  # next segment
+    t_steady: float = 0.0
+    done: bool = False
 
 
 class Replay:
@@ -359,22 +376,33 @@ class Replay:
         self.shift_start = shift_start
         self.t_process = t_process
 
-    def _add(self, a: Analyzer, stream_id: str, seg: SynthSegment) -> None:
-        a.add(stream_id, seq=seg.seq, start=seg.start, end=seg.end, text=seg.text)
+    async def run(self, lanes: Sequence[Lane], alternate: bool, on_done: Any) -> None:
+        """Sequential: each lane fills and runs its steady phase in turn. Alternate: the
+        lanes fill in turn, then take steady analyses round-robin, so a slow patch of the
+        machine (a neighbour's job) falls on both policies alike."""
+        for lane in lanes:
+            await self.fill(lane)
+            if not alternate:
+                while not await self.step(lane):
+                    pass
+                on_done(lane)
+        while alternate and not all(lane.done for lane in lanes):
+            for lane in lanes:
+                if not lane.done and await self.step(lane):
+                    on_done(lane)
 
-    async def _analyze(
-        self,
-        a: Analyzer,
-        run: PolicyRun,
-        phase: str,
-        index: int,
-        last: SynthSegment,
-        added: int,
-    ) -> Record:
+    def _add(self, lane: Lane, seg: SynthSegment) -> None:
+        lane.analyzer.add(
+            lane.run.stream_id, seq=seg.seq, start=seg.start, end=seg.end, text=seg.text
+        )
+
+    async def _analyze(self, lane: Lane, phase: str, index: int, added: int) -> Record:
+        run = lane.run
+        last = self.segments[lane.pos - 1]
         t0 = time.perf_counter()
-        report: AnalysisReport = await a.analyze(run.stream_id)
+        report: AnalysisReport = await lane.analyzer.analyze(run.stream_id)
         wall = time.perf_counter() - t0
-        window = window_of(a, run.stream_id)
+        window = window_of(lane.analyzer, run.stream_id)
         rec = Record(
             phase=phase,
             index=index,
@@ -392,11 +420,12 @@ class Replay:
             valid=report.valid,
             finish_reason=report.finish_reason,
             window_tokens=window.tokens,
+            loadavg_1m=round(os.getloadavg()[0], 2),
         )
         rec.re_prefill = rec.cached_tokens < RE_PREFILL_BELOW * rec.prompt_tokens
-        if self.args.progress and (
-            phase == "fill" or rec.dropped_tokens or index % self.args.progress == 0
-        ):
+        run.wall_s += wall
+        every = self.args.progress
+        if every and (phase == "fill" or rec.dropped_tokens or index % every == 0):
             print(
                 f"[{run.policy}] {phase} {index}: t={rec.stream_h:.2f}h prompt "
                 f"{rec.prompt_tokens} cached {rec.cached_tokens} ttft {rec.ttft_s}s "
@@ -407,21 +436,10 @@ class Replay:
             )
         return rec
 
-    async def run_policy(
-        self, policy: str, a: Analyzer, stream_id: str, drop_fraction: float, analyses: int
-    ) -> PolicyRun:
-        run = PolicyRun(policy, stream_id, drop_fraction)
-        t_start = time.perf_counter()
-        pos = await self._fill(a, run)
-        await self._steady(a, run, pos, analyses, t_start)
-        run.wall_s = time.perf_counter() - t_start
-        return run
-
-    async def _fill(self, a: Analyzer, run: PolicyRun) -> int:
+    async def fill(self, lane: Lane) -> None:
         """Segments up to the last one that fits without a drop, in chunks the Analyzer's
-        pending buffer keeps whole, one analysis after each chunk; returns the next
-        segment's index."""
-        pos, n = 0, len(self.segments)
+        pending buffer keeps whole, one analysis after each chunk."""
+        run, n = lane.run, len(self.segments)
         window: ContextWindow | None = None
         while True:
             room = (
@@ -431,66 +449,61 @@ class Replay:
             )
             chars = used = added = 0
             while (
-                pos < n
-                and used + self.tokens[pos] <= room
-                and chars + len(self.segments[pos].text) <= self.budget * FILL_CHARS_PER_TOKEN
+                lane.pos < n
+                and used + self.tokens[lane.pos] <= room
+                and chars + len(self.segments[lane.pos].text) <= self.budget * FILL_CHARS_PER_TOKEN
             ):
-                self._add(a, run.stream_id, self.segments[pos])
-                used += self.tokens[pos]
-                chars += len(self.segments[pos].text)
-                pos += 1
+                self._add(lane, self.segments[lane.pos])
+                used += self.tokens[lane.pos]
+                chars += len(self.segments[lane.pos].text)
+                lane.pos += 1
                 added += 1
             if added == 0:
                 break
-            last = self.segments[pos - 1]
-            rec = await self._analyze(a, run, "fill", len(run.fill), last, added)
+            rec = await self._analyze(lane, "fill", len(run.fill), added)
             rec.cold = not run.fill
             run.fill.append(rec)
             if rec.dropped_tokens:
                 print(f"[{run.policy}] warning: the fill dropped {rec.dropped_tokens} tokens")
-            window = window_of(a, run.stream_id)
+            window = window_of(lane.analyzer, run.stream_id)
         if window is None:
             raise RuntimeError("the first segment does not fit half the budget")
         run.capacity = window.capacity
         run.head_tokens = len(window.head)
-        run.fill_end_h = (self.segments[pos - 1].end - self.shift_start) / 3600
-        return pos
+        run.fill_end_h = (self.segments[lane.pos - 1].end - self.shift_start) / 3600
+        lane.t_steady = time.perf_counter()
 
-    async def _steady(
-        self, a: Analyzer, run: PolicyRun, pos: int, analyses: int, t_start: float
-    ) -> None:
-        """An analysis every `every` segments; the first batch overflows the full window,
-        so the phase starts with a drop."""
-        args, every = self.args, self.args.every
-        while True:
-            if pos + every > len(self.segments):
-                run.stop_reason = "out of synthetic text (raise --hours)"
-                return
-            for seg in self.segments[pos : pos + every]:
-                self._add(a, run.stream_id, seg)
-            pos += every
-            last = self.segments[pos - 1]
-            run.steady.append(await self._analyze(a, run, "steady", len(run.steady), last, every))
-            done = len(run.steady)
-            if done >= analyses:
-                if not args.whole_cycles:
-                    run.stop_reason = f"{analyses} analyses"
-                    return
-                window = window_of(a, run.stream_id)
-                upcoming = sum(self.tokens[pos : pos + every])
+    async def step(self, lane: Lane) -> bool:
+        """One steady analysis after `every` segments (the first batch overflows the full
+        window, so the phase starts with a drop); True (and lane.done) when the phase ends."""
+        args, run, every = self.args, lane.run, self.args.every
+        if lane.pos + every > len(self.segments):
+            run.stop_reason, lane.done = "out of synthetic text (raise --hours)", True
+            return True
+        for seg in self.segments[lane.pos : lane.pos + every]:
+            self._add(lane, seg)
+        lane.pos += every
+        run.steady.append(await self._analyze(lane, "steady", len(run.steady), every))
+        done = len(run.steady)
+        now = time.perf_counter()
+        if done >= lane.target:
+            if not args.whole_cycles:
+                run.stop_reason = f"{lane.target} analyses"
+            else:
+                window = window_of(lane.analyzer, run.stream_id)
+                upcoming = sum(self.tokens[lane.pos : lane.pos + every])
                 if window.transcript_tokens + upcoming > window.capacity:
                     run.stop_reason = f"{done} analyses, whole drop cycles"
-                    return
-            now = time.perf_counter()
-            if done >= args.max_analyses:
-                run.stop_reason = f"--max-analyses {args.max_analyses} (cycle not complete)"
-            elif args.max_phase_s and now - t_start > args.max_phase_s:
-                run.stop_reason = f"--max-phase-s {args.max_phase_s} (cut short)"
-            elif args.deadline_s and now - self.t_process > args.deadline_s:
-                run.stop_reason = f"--deadline-s {args.deadline_s} (cut short)"
-            else:
-                continue
-            return
+        if run.stop_reason:
+            pass
+        elif done >= args.max_analyses:
+            run.stop_reason = f"--max-analyses {args.max_analyses} (cycle not complete)"
+        elif args.max_phase_s and now - lane.t_steady > args.max_phase_s:
+            run.stop_reason = f"--max-phase-s {args.max_phase_s} (cut short)"
+        elif args.deadline_s and now - self.t_process > args.deadline_s:
+            run.stop_reason = f"--deadline-s {args.deadline_s} (cut short)"
+        lane.done = bool(run.stop_reason)
+        return lane.done
 
 
 async def _no_faults(_stream_id: str, _faults: Sequence[AcceptedFault]) -> None:
@@ -661,11 +674,9 @@ async def replay_all(
     }
     replay = Replay(args, segments, tokens, budget, segments[0].start, t_process)
     out = Path(args.out)
-    runs: list[PolicyRun] = []
-    for policy in args.order.split(","):
-        if args.deadline_s and time.perf_counter() - t_process > args.deadline_s:
-            print(f"[{policy}] skipped: past --deadline-s", flush=True)
-            continue
+    alternate = args.order == "alternate"
+    lanes: list[Lane] = []
+    for policy in POLICIES if alternate else args.order.split(","):
         naive = policy == "naive"
         analyzer = Analyzer(
             llm,
@@ -676,16 +687,16 @@ async def replay_all(
             on_faults=_no_faults,
             drop_fraction=0.0 if naive else None,  # None: settings.drop_fraction
         )
-        run = await replay.run_policy(
-            policy,
-            analyzer,
-            f"line3-mic1-{policy}",
-            0.0 if naive else settings.drop_fraction,
-            args.analyses_naive if naive else args.analyses_quarter,
-        )
-        runs.append(run)
-        write(out, meta, runs)
-        print(f"[{policy}] done: {run.stop_reason}, {run.wall_s:.1f}s", flush=True)
+        run = PolicyRun(policy, f"line3-mic1-{policy}", 0.0 if naive else settings.drop_fraction)
+        target = args.analyses_naive if naive else args.analyses_quarter
+        lanes.append(Lane(run, analyzer, target))
+
+    def done(lane: Lane) -> None:
+        write(out, meta, [x.run for x in lanes if x.run.fill])
+        print(f"[{lane.run.policy}] done: {lane.run.stop_reason}", flush=True)
+
+    await replay.run(lanes, alternate, done)
+    runs = [lane.run for lane in lanes]
     meta["total_s"] = round(time.perf_counter() - t_process, 1)
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     print(write(out, meta, runs), flush=True)
@@ -693,9 +704,8 @@ async def replay_all(
 
 async def main_async(args: argparse.Namespace) -> int:
     t_process = time.perf_counter()
-    for policy in args.order.split(","):
-        if policy not in POLICIES:
-            raise SystemExit(f"unknown policy {policy!r}: {', '.join(POLICIES)}")
+    if args.order != "alternate" and not set(args.order.split(",")) <= set(POLICIES):
+        raise SystemExit(f"--order: alternate, or policies among {', '.join(POLICIES)}")
     setup = await prepare(args)
     if args.dry_run:
         return 0
@@ -749,7 +759,12 @@ def main() -> None:
         default=None,
         help="seconds since start after which phases stop (results are kept)",
     )
-    ap.add_argument("--order", default="naive,quarter", help="policies, in running order")
+    ap.add_argument(
+        "--order",
+        default="alternate",
+        help="alternate (steady analyses round-robin), or policies in running order "
+        "(naive,quarter: each policy's whole replay in turn)",
+    )
     ap.add_argument("--hours", type=float, default=None, help="shift length (default: enough)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seg-s", type=float, default=5.0)
