@@ -564,7 +564,14 @@ class Analyzer:
         st.pending_chars = 0
         if not pending:
             return 0, 0, None
-        lines = await self._encode_lines(pending, window.max_line_tokens)
+        try:
+            lines = await self._encode_lines(pending, window.max_line_tokens)
+        except BaseException:
+            # Tokenizing failed (or we were cancelled): the text goes back to the front of
+            # the queue, before anything that arrived meanwhile.
+            st.pending.extendleft(reversed(pending))
+            st.pending_chars += sum(len(p.text) for p in pending)
+            raise
         gone = window.planned_drop(lines)
         summary = None
         if gone:

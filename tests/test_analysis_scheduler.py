@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from pipelines.analysis import AnalysisSettings, Analyzer, LlmUnavailable
 from pipelines.analysis_prompt import ChatFrame
 from pipelines.compat import timeout
@@ -226,3 +228,29 @@ async def test_overlapping_segments_enter_the_window_once() -> None:
     assert len(ids) == 120
     for token in ids:
         assert prompt.count(token) == 1
+
+
+async def test_a_tokenizer_failure_puts_the_text_back() -> None:
+    """If tokenizing the pending segments fails, they wait for the next analysis in order,
+    ahead of what arrived meanwhile."""
+
+    class FlakyCodec(WordCodec):
+        fail = True
+
+        async def encode(self, texts: Sequence[str]) -> list[list[int]]:
+            if self.fail and any("word0" in t for t in texts):
+                self.fail = False
+                raise RuntimeError("tokenizer hiccup")
+            return await super().encode(texts)
+
+    llm = StandInLlm()
+    a = Analyzer(llm, FlakyCodec(), AnalysisSettings(), CATALOGUE, budget=4096, on_faults=ignore)
+    say(a, "mic1", 0)
+    with pytest.raises(RuntimeError, match="hiccup"):
+        await a.analyze("mic1")
+    assert a.snapshot()["streams"]["mic1"]["pending_lines"] == 1
+    say(a, "mic1", 1)
+    await a.analyze("mic1")
+    (first, second) = await WordCodec().encode(["word0", "word1"])
+    prompt = llm.prompts[0]
+    assert prompt.index(first[0]) < prompt.index(second[0])
