@@ -1,6 +1,7 @@
 """Segment-in to alert-out latency of the keyword tier, on loopback, with the real parts.
 
-A real mosquitto, `edge-agent run` as a subprocess on configs/agent.yaml (cpu-dev), and one
+A real mosquitto, `edge-agent run` as a subprocess on configs/agent.yaml (cpu-dev, with
+`llm.enabled=false`: the keyword tier alone), and one
 client that publishes transcript segments and subscribes to the alerts. Every segment names
 a fault, and debounce is 0, so each one yields exactly one alert event (new, then updates);
 the event's evidence carries the segment's stream and seq, which pairs it with its publish
@@ -136,6 +137,10 @@ def main() -> None:
                 f"outbox.path={work / 'outbox.sqlite'}",
                 "streams.defaults.alerts.debounce_s=0",
                 "logging.level=warning",
+                # The keyword tier alone, as the README's table: with the engine on, its
+                # analyses share the two cores (keyword latency under LLM load is not
+                # measured yet).
+                "llm.enabled=false",
             ],
         )
         with (work / "agent.log").open("wb") as log:
