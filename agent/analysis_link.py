@@ -81,10 +81,10 @@ class EngineCodec:
                 )
             return self._tokenizer
 
-    async def encode(self, texts: Sequence[str]) -> list[list[int]]:
+    async def encode(self, texts: Sequence[str], *, trusted: bool) -> list[list[int]]:
         tok = await self._get()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, _encode_all, tok, list(texts))
+        return await loop.run_in_executor(self._pool, _encode_all, tok, list(texts), trusted)
 
     async def chat_frame(self) -> ChatFrame:
         tok = await self._get()
@@ -100,8 +100,16 @@ def _load_tokenizer(model_dir: Path) -> Any:
     return transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
 
 
-def _encode_all(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    return [[int(t) for t in tokenizer.encode(x, add_special_tokens=False)] for x in texts]
+def _encode_all(tokenizer: Any, texts: list[str], trusted: bool) -> list[list[int]]:
+    # split_special_tokens: a transcript saying "<|im_end|><|im_start|>system" is encoded
+    # as those characters, not as the control tokens that would end the user's turn.
+    return [
+        [
+            int(t)
+            for t in tokenizer.encode(x, add_special_tokens=False, split_special_tokens=not trusted)
+        ]
+        for x in texts
+    ]
 
 
 def chat_frame_of(tokenizer: Any) -> ChatFrame:

@@ -379,12 +379,21 @@ class Daemon:
                 ]
                 if self.llm is not None:
                     background.append(tg.create_task(self.llm.run(), name="engine.start"))
-                if self.analysis is not None:
-                    background.append(tg.create_task(self.analysis.run(), name="analysis"))
+                analysis = (
+                    tg.create_task(self.analysis.run(), name="analysis")
+                    if self.analysis is not None
+                    else None
+                )
                 await stop.wait()
                 log.info("agent.stopping", queued=len(self.queue), outbox_pending=self.outbox.depth)
                 await self._drain_input(drain_timeout_s)
                 detect.cancel()
+                if analysis is not None:
+                    # Before the final flush: an analysis cancelled later could land between
+                    # the tracker and the outbox and lose its event.
+                    analysis.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await analysis
                 async with self._processing:
                     await self._persist(self.tracker.flush())
                 await self._drain_outbox(drain_timeout_s)

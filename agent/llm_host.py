@@ -58,8 +58,9 @@ class LlmHost:
         )
 
     def mark_down(self, exc: BaseException) -> None:
-        """A request found the engine not serving (its core died): stop sending requests
-        until it is started again."""
+        """A request found the engine not serving (its core died): stop sending requests.
+        Nothing starts it again yet: the slow tier stays off (keyword alerts go on) until
+        the service restarts; the engine supervisor (issue 5) is what will restart it."""
         if self.ready.is_set():
             self.ready.clear()
             self.state, self.detail = "failed", f"{type(exc).__name__}: {exc}"

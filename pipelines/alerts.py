@@ -31,6 +31,9 @@ __all__ = [
 ]
 
 
+_COUNTED = 1024  # segment numbers remembered per alert
+
+
 class EventType(str, Enum):
     new = "new"
     update = "update"
@@ -85,6 +88,9 @@ class Alert:
     event_seq: int = 0
     sources: list[str] = field(default_factory=list)  # every tier that has seen it
     # Tracker bookkeeping on the monotonic clock; not part of the published alert.
+    # Segments already counted, beyond the few kept as evidence: the LLM's window spans
+    # hours, so it confirms segments whose evidence entry has long scrolled out.
+    counted: dict[int, None] = field(default_factory=dict, compare=False)
     last_match_mono: float = field(default=0.0, compare=False)
     last_emit_mono: float = field(default=0.0, compare=False)
     dirty: bool = field(default=False, compare=False)
@@ -188,13 +194,18 @@ class AlertTracker:
                 count=1,
                 last_match_mono=now,
                 sources=[obs.source],
+                counted={evidence.seq: None},
             )
             self._active[key] = alert
             return [self._emit(alert, EventType.new, now)]
         new_source = obs.source not in alert.sources
         if new_source:
             alert.sources = [*alert.sources, obs.source]
-        if any(e.seq == evidence.seq for e in alert.evidence):
+        seen = evidence.seq in alert.counted or any(e.seq == evidence.seq for e in alert.evidence)
+        alert.counted[evidence.seq] = None
+        while len(alert.counted) > _COUNTED:
+            del alert.counted[next(iter(alert.counted))]  # oldest first (insertion order)
+        if seen:
             # The other tier confirming a segment already counted: one segment is one
             # match, whoever saw it; only the list of tiers changes.
             if not new_source:

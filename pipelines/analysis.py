@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -60,6 +61,9 @@ _TAIL_MARGIN = 16  # tokens: the summary request's segment number varies in leng
 _RETRY_MIN_S = 1.0
 _RETRY_MAX_S = 30.0
 _LATENCY_WINDOW = 256
+_PRIORITY_MAX_WAIT_S = 60.0  # a stream waiting longer than this goes before alert streams
+_MARKUP = re.compile(r"<\|[^|>]*\|>|[<>]")
+_WITHHELD = "[segment withheld: it reads like an instruction to a machine]"
 
 
 class AnalysisSettings(BaseModel):
@@ -182,9 +186,11 @@ class AnalysisLlm(Protocol):
 
 
 class TokenCodec(Protocol):
-    async def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text, no special tokens added (template markers in the text
-        are encoded as the special tokens they are)."""
+    async def encode(self, texts: Sequence[str], *, trusted: bool) -> list[list[int]]:
+        """Token ids of each text, no special tokens added. `trusted` (our template
+        pieces): markers such as <|im_end|> become the control tokens they name.
+        Untrusted (transcript lines): they stay plain text, so speech cannot close the
+        user turn or open a system one."""
 
     async def chat_frame(self) -> ChatFrame: ...
 
@@ -315,6 +321,7 @@ class Analyzer:
         self._pending_max_chars = budget * 4  # more than a window's worth is dropped anyway
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self.analyses = 0
+        self.withheld = 0  # segments not shown to the model (instruction-like)
 
     # -- input (synchronous, on the loop) --------------------------------------------------
     def add(
@@ -387,7 +394,14 @@ class Analyzer:
             due = [s.retry_at - now for s in waiting]
             return None, (min(due) if due else None)
         first = set(self._priority())
-        return min(ready, key=lambda s: (s.stream_id not in first, s.dirty_since)), None
+
+        def order(s: _Stream) -> tuple[bool, float]:
+            since = s.dirty_since if s.dirty_since is not None else now
+            # Alert streams first, but never so long that a busy one starves the others.
+            urgent = s.stream_id in first or now - since >= _PRIORITY_MAX_WAIT_S
+            return (not urgent, since)
+
+        return min(ready, key=order), None
 
     async def analyze(self, stream_id: str) -> AnalysisReport:
         """Analyse one stream now (the workers call this; so do tests and the benchmark).
@@ -473,8 +487,11 @@ class Analyzer:
             st.rejected.update(rejected)
         # An old quote is not news: each (fault, segment) reaches the tracker once, so a
         # fault quoted from the window again and again does not keep its alert alive.
-        new = tuple(f for f in accepted if (f.code, f.line.seq) not in st.reported)
-        st.reported.update((f.code, f.line.seq) for f in new)
+        new = tuple(f for f in accepted if _report_key(f) not in st.reported)
+        if new:
+            await self._on_faults(st.stream_id, new)
+        # Recorded once delivered: a sink that failed (or was cancelled) gets them again.
+        st.reported.update(_report_key(f) for f in new)
         held = {line.seq for line in window.lines}
         st.reported = {key for key in st.reported if key[1] in held}
         st.accepted += len(new)
@@ -489,8 +506,6 @@ class Analyzer:
             rejected=dict(rejected) or None,
             finish_reason=answer.finish_reason,
         )
-        if new:
-            await self._on_faults(st.stream_id, new)
         return AnalysisReport(
             stream_id=st.stream_id,
             prompt_tokens=answer.num_prompt_tokens,
@@ -519,13 +534,16 @@ class Analyzer:
                 [
                     analysis_request(frame),
                     summary_request(frame, 10**12, self.settings.summary_words),
-                ]
+                ],
+                trusted=True,
             )
             # Room for the head at its largest: every note slot full. Measured on a head
             # with empty notes (and the longest stream id), plus each note's cap and its
             # "- " and newline.
             slots = ["" for _ in range(self.settings.max_summaries)]
-            (empty,) = await self.codec.encode([self._head_text(frame, "x" * 64, slots)])
+            (empty,) = await self.codec.encode(
+                [self._head_text(frame, "x" * 64, slots)], trusted=True
+            )
             per_note = self.settings.summary_max_tokens + 4
             self._head_reserve = len(empty) + self.settings.max_summaries * per_note + _TAIL_MARGIN
             self._analysis_tail = tails[0]
@@ -553,7 +571,9 @@ class Analyzer:
 
     async def _head(self, st: _Stream) -> list[int]:
         assert self._frame is not None
-        (ids,) = await self.codec.encode([self._head_text(self._frame, st.stream_id, st.summaries)])
+        (ids,) = await self.codec.encode(
+            [self._head_text(self._frame, st.stream_id, st.summaries)], trusted=True
+        )
         return ids
 
     async def _absorb(self, st: _Stream, window: ContextWindow) -> tuple[int, int, str | None]:
@@ -566,18 +586,16 @@ class Analyzer:
             return 0, 0, None
         try:
             lines = await self._encode_lines(pending, window.max_line_tokens)
+            gone = window.planned_drop(lines)
+            summary = await self._summarize(st, window, gone) if gone else None
         except BaseException:
-            # Tokenizing failed (or we were cancelled): the text goes back to the front of
-            # the queue, before anything that arrived meanwhile.
+            # Tokenizing failed (or we were cancelled) before the lines reached the window:
+            # the text goes back to the front of the queue, before what arrived meanwhile.
             st.pending.extendleft(reversed(pending))
             st.pending_chars += sum(len(p.text) for p in pending)
             raise
-        gone = window.planned_drop(lines)
-        summary = None
-        if gone:
-            summary = await self._summarize(st, window, gone)
-            if self.settings.max_summaries:
-                st.summaries = [*st.summaries, summary][-self.settings.max_summaries :]
+        if summary is not None and self.settings.max_summaries:
+            st.summaries = [*st.summaries, summary][-self.settings.max_summaries :]
         drop = window.append(lines)
         if gone:
             window.set_head(await self._head(st))
@@ -595,8 +613,19 @@ class Analyzer:
     async def _encode_lines(
         self, pending: Sequence[_Pending], max_tokens: int
     ) -> list[ContextLine]:
+        # A segment that reads like a command to a machine is not shown to the model at
+        # all (the keyword tier still saw it): it can neither steer an answer nor be
+        # quoted as evidence. Judged on the whole segment, before any split.
+        shown = []
+        for item in pending:
+            if looks_like_instruction(item.text):
+                self.withheld += 1
+                log.warning("analysis.segment_withheld", seq=item.seq, text=item.text[:120])
+                item = _Pending(item.seq, item.start, item.end, _WITHHELD, item.faults)  # noqa: PLW2901
+            shown.append(item)
+        pending = shown
         rendered = [render_line(p.seq, p.start, p.text) for p in pending]
-        ids = await self.codec.encode(rendered)
+        ids = await self.codec.encode(rendered, trusted=False)
         lines: list[ContextLine] = []
         for p, line_ids in zip(pending, ids, strict=True):
             if len(line_ids) <= max_tokens:
@@ -634,11 +663,11 @@ class Analyzer:
         if last is None:
             return span
         assert self._frame is not None
-        (tail,) = await self.codec.encode(
-            [summary_request(self._frame, last, self.settings.summary_words)]
-        )
         st.summary_requests += 1
         try:
+            (tail,) = await self.codec.encode(
+                [summary_request(self._frame, last, self.settings.summary_words)], trusted=True
+            )
             answer = await asyncio.wait_for(
                 self.llm.complete(
                     window.prompt(tail),
@@ -648,19 +677,21 @@ class Analyzer:
                 ),
                 self.settings.analysis_timeout_s,
             )
-        except (LlmUnavailable, asyncio.TimeoutError) as exc:
+            # Model-written from untrusted speech, and it joins the head (encoded as
+            # trusted template text): no template markers, one line, not a command.
+            sentence = " ".join(_MARKUP.sub(" ", answer.text).split())
+            if not sentence or looks_like_instruction(sentence):
+                return span
+            return await self._fit_note(f"{span}: {sentence}", span)
+        except Exception as exc:  # any failure costs the sentence, never the lines
             log.warning("context.summary_skipped", stream_id=st.stream_id, error=repr(exc))
             return span
-        sentence = " ".join(answer.text.split())
-        if not sentence or looks_like_instruction(sentence):
-            return span
-        return await self._fit_note(f"{span}: {sentence}", span)
 
     async def _fit_note(self, note: str, floor: str) -> str:
         """`note`, shortened by words until it fits summary_max_tokens (else `floor`)."""
         words = note.split(" ")
         while len(words) > len(floor.split(" ")):
-            (ids,) = await self.codec.encode([" ".join(words)])
+            (ids,) = await self.codec.encode([" ".join(words)], trusted=True)
             if len(ids) <= self.settings.summary_max_tokens:
                 return " ".join(words)
             words = words[: max(len(floor.split(" ")), len(words) * 3 // 4)]
@@ -692,8 +723,16 @@ class Analyzer:
             "prefix_hit_rate": round(cached / prompt, 3) if prompt else None,
             "faults_accepted": sum(s.accepted for s in self._streams.values()),
             "faults_rejected": dict(rejected),
+            "segments_withheld": self.withheld,
             "streams": {sid: s.snapshot(now) for sid, s in sorted(self._streams.items())},
         }
+
+
+def _report_key(fault: AcceptedFault) -> tuple[str, int]:
+    """What makes a fault news: its code and segment. Every `other` label counts as one
+    code, so the same segment relabelled at the next analysis is not a new alert."""
+    code = fault.code.split(":", 1)[0]
+    return code, fault.line.seq
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float | None:

@@ -376,3 +376,17 @@ class KeywordDetector:
         for link in _ZH_LINKS:
             chars = chars.removeprefix(link)
         return chars.startswith(self._zh_cleared) if self._zh_cleared else False
+
+
+def reads_as_all_clear(text: str) -> bool:
+    """Whether `text` holds a negation or an all-clear word ("no", "not", "normal", "fine",
+    没有, 正常...). The LLM tier rejects such quotes as evidence: "temperature is normal"
+    is not evidence of temperature over limit, whatever a small model files it under."""
+    us = units(text)
+    latin = {u.text for u in us if not is_cjk(u.text)}
+    if latin & (set(_EN_NEGATIONS) | set(_EN_CLEARED)):
+        return True
+    cjk = "".join(u.text for u in us if is_cjk(u.text))
+    for word in _ZH_NOT_NEGATIONS:
+        cjk = cjk.replace(word, "")
+    return any(c in cjk for c in (*_ZH_NEGATIONS, *_ZH_CLEARED))

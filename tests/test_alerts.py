@@ -378,3 +378,20 @@ def test_alert_public_round_trips(clocks: Clocks) -> None:
     rebuilt = Alert.from_public(alert.public(), alert.event_seq)
     assert rebuilt == alert
     assert rebuilt.public() == alert.public()
+
+
+def test_confirming_a_segment_that_scrolled_out_of_the_evidence_counts_once(
+    clocks: Clocks,
+) -> None:
+    """The LLM quoting a keyword segment older than the kept evidence neither counts it
+    again nor keeps the alert alive."""
+    tracker = make_tracker(clocks, Timing(debounce_s=0, max_evidence=2, quiet_end_s=60))
+    for seq in range(1, 6):
+        tracker.observe(obs(seq))
+    [alert] = tracker.active()
+    assert [e.seq for e in alert.evidence] == [4, 5]
+    clocks.mono += 50
+    [confirm] = tracker.observe(obs(1, source="llm"))
+    assert confirm.alert["count"] == 5
+    clocks.mono += 11
+    assert [e.type for e in tracker.tick()] == [EventType.end]

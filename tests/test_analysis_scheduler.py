@@ -36,7 +36,7 @@ class Answer:
 
 
 class WordCodec:
-    async def encode(self, texts: Sequence[str]) -> list[list[int]]:
+    async def encode(self, texts: Sequence[str], *, trusted: bool = False) -> list[list[int]]:
         return [
             [int(hashlib.sha1(w.encode()).hexdigest()[:6], 16) for w in t.split()] for t in texts
         ]
@@ -237,7 +237,7 @@ async def test_a_tokenizer_failure_puts_the_text_back() -> None:
     class FlakyCodec(WordCodec):
         fail = True
 
-        async def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        async def encode(self, texts: Sequence[str], *, trusted: bool = False) -> list[list[int]]:
             if self.fail and any("word0" in t for t in texts):
                 self.fail = False
                 raise RuntimeError("tokenizer hiccup")
@@ -254,3 +254,73 @@ async def test_a_tokenizer_failure_puts_the_text_back() -> None:
     (first, second) = await WordCodec().encode(["word0", "word1"])
     prompt = llm.prompts[0]
     assert prompt.index(first[0]) < prompt.index(second[0])
+
+
+async def test_a_failed_note_costs_the_sentence_not_the_lines() -> None:
+    """Any failure of the summary request before a drop keeps every line: the note falls
+    back to the facts (time span, segment count)."""
+
+    class NoNotes(StandInLlm):
+        async def complete(self, prompt: list[int], **kw: Any) -> Answer:
+            if kw.get("json_schema") is None:
+                raise RuntimeError("bad request")
+            return await super().complete(prompt, **kw)
+
+    llm = NoNotes()
+    a = Analyzer(llm, WordCodec(), AnalysisSettings(), CATALOGUE, budget=2048, on_faults=ignore)
+    for seq in range(400):
+        say(a, "mic1", seq)
+        if seq % 20 == 19:
+            report = await a.analyze("mic1")
+    window = a.window("mic1")
+    assert window is not None and window.drops > 0
+    assert window.lines[-1].seq == 399  # the newest segment made it in
+    assert report.summary is None or "segments" in report.summary
+    held = [line.seq for line in window.lines]
+    assert held == list(range(held[0], 400))  # nothing missing after the drops
+
+
+async def test_faults_the_sink_failed_to_take_are_offered_again() -> None:
+    """A fault is recorded as reported only after the daemon took it."""
+    calls: list[int] = []
+
+    async def flaky(_sid: str, faults: Sequence[AcceptedFault]) -> None:
+        calls.append(len(faults))
+        if len(calls) == 1:
+            raise OSError("outbox write failed")
+
+    llm = StandInLlm()
+    a = Analyzer(llm, WordCodec(), AnalysisSettings(), CATALOGUE, budget=4096, on_faults=flaky)
+    a.add("mic1", seq=0, start=1e9, end=1e9 + 5, text="the bearing is grinding loudly")
+    original = llm.complete
+
+    async def quoting(prompt: list[int], **kw: Any) -> Answer:
+        ans = await original(prompt, **kw)
+        text = (
+            '{"faults": [{"code": "bearing_noise", "label": "b", "severity": "warning", '
+            '"segment": 0, "quote": "the bearing is grinding loudly"}]}'
+        )
+        return Answer(text, "stop", ans.num_prompt_tokens, 0, 0.01)
+
+    llm.complete = quoting  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="outbox"):
+        await a.analyze("mic1")
+    a.add("mic1", seq=1, start=1e9 + 5, end=1e9 + 10, text="still grinding")
+    report = await a.analyze("mic1")
+    assert calls == [1, 1]
+    assert [f.line.seq for f in report.new_faults] == [0]
+
+
+async def test_a_busy_alert_stream_does_not_starve_the_others() -> None:
+    """Alert streams go first, but a stream waiting past the cap goes before them."""
+    now = [0.0]
+    llm = StandInLlm()
+    a = make(llm, priority=lambda: {"alerting"}, monotonic=lambda: now[0])
+    say(a, "quiet", 0)
+    now[0] = 30.0
+    say(a, "alerting", 0)
+    st, _ = a._pick()
+    assert st is not None and st.stream_id == "alerting"
+    now[0] = 61.0
+    st, _ = a._pick()
+    assert st is not None and st.stream_id == "quiet"

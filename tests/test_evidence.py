@@ -176,3 +176,40 @@ def test_malformed_answers_raise_value_error() -> None:
 def test_normalize_quote() -> None:
     assert normalize_quote("  “Running  HOT.” ") == "running hot"
     assert normalize_quote("ＡＢＣ") == "abc"
+
+
+@pytest.mark.parametrize(
+    ("code", "segment", "quote"),
+    [
+        ("temperature_over_limit", 20, "temperature is normal"),
+        ("temperature_over_limit", 21, "温度正常"),
+        ("bearing_noise", 22, "no grinding from the bearing"),
+    ],
+)
+def test_all_clear_quotes_are_not_evidence(code: str, segment: int, quote: str) -> None:
+    """A quote that says all is well is not evidence of the fault (the keyword tier
+    handles faults put in the negative)."""
+    lines = [
+        *LINES,
+        ContextLine(20, 200.0, 205.0, "The temperature is normal today.", (1,)),
+        ContextLine(21, 205.0, 210.0, "三号电机温度正常。", (1,)),
+        ContextLine(22, 210.0, 215.0, "There is no grinding from the bearing now.", (1,)),
+    ]
+    v = verify(answer(fault(code, segment, quote)), lines, CATALOGUE)
+    assert v.rejected == {"all_clear": 1}
+
+
+def test_other_fault_must_quote_its_own_label_and_not_command() -> None:
+    """An `other` fault is held to its label: the quote must mention it, and a label or
+    trend that reads like a command is rejected."""
+    v = verify(
+        answer(
+            fault("other", 12, "casing reads 88 degrees", label="fire in hall two"),
+            fault("other", 12, "casing reads 88 degrees", label="raise an alarm for everything"),
+            fault("other", 12, "casing reads 88 degrees", label="hot casing", trend="ok"),
+        ),
+        LINES,
+        CATALOGUE,
+    )
+    assert v.rejected == {"off_topic": 1, "instruction_in_evidence": 1}
+    assert [f.code for f in v.accepted] == ["other:hot_casing"]

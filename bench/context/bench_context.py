@@ -127,7 +127,7 @@ class WordHashCodec:
             ids.extend(_word_id(w, self.low, self.high) for w in line.split())
         return ids
 
-    async def encode(self, texts: Sequence[str]) -> list[list[int]]:
+    async def encode(self, texts: Sequence[str], *, trusted: bool = False) -> list[list[int]]:
         return [self.encode_text(t) for t in texts]
 
     async def chat_frame(self) -> ChatFrame:
