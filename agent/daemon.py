@@ -392,8 +392,7 @@ class Daemon:
                     # Before the final flush: an analysis cancelled later could land between
                     # the tracker and the outbox and lose its event.
                     analysis.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await analysis
+                    await asyncio.wait([analysis])  # its end, without taking its CancelledError
                 async with self._processing:
                     await self._persist(self.tracker.flush())
                 await self._drain_outbox(drain_timeout_s)
