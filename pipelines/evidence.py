@@ -27,7 +27,7 @@ import itertools
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -256,6 +256,17 @@ def topic_terms(rule: FaultRule) -> frozenset[str]:
     for group in (rule.keywords, rule.related):
         for words in group.values():
             phrases.extend(words)
+    return _terms(phrases)
+
+
+def _label_terms(label: str) -> frozenset[str]:
+    """The same, for the label the model gave an `other` fault."""
+    return _terms([label])
+
+
+def _terms(phrases: Iterable[str]) -> frozenset[str]:
+    """Five-letter stems of the Latin words and two-character Chinese terms, generic ones
+    left out."""
     terms: set[str] = set()
     for phrase in phrases:
         us = units(phrase)
@@ -266,14 +277,6 @@ def topic_terms(rule: FaultRule) -> frozenset[str]:
             if not is_cjk(u.text) and len(u.text) >= 3 and u.text not in _GENERIC:
                 terms.add(u.text[:_STEM])
     return frozenset(terms)
-
-
-def _label_terms(label: str) -> frozenset[str]:
-    us = units(label)
-    terms = {u.text[:_STEM] for u in us if not is_cjk(u.text) and len(u.text) >= 3}
-    cjk = [u.text for u in us if is_cjk(u.text)]
-    terms |= {a + b for a, b in itertools.pairwise(cjk)}
-    return frozenset(terms - _GENERIC - _GENERIC_CJK)
 
 
 def _on_topic(quote: str, terms: frozenset[str]) -> bool:
