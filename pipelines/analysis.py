@@ -44,6 +44,7 @@ from pipelines.compat import TaskGroup
 from pipelines.context import ContextLine, ContextWindow
 from pipelines.detect import FaultRule, Severity
 from pipelines.evidence import AcceptedFault, looks_like_instruction, parse_answer, verify
+from pipelines.latency import LatencyWindow
 
 __all__ = [
     "AnalysisLlm",
@@ -319,7 +320,7 @@ class Analyzer:
             allow_other=settings.allow_other,
         )
         self._pending_max_chars = budget * 4  # more than a window's worth is dropped anyway
-        self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self._latencies = LatencyWindow(_LATENCY_WINDOW)
         self.analyses = 0
         self.withheld = 0  # segments not shown to the model (instruction-like)
 
@@ -456,7 +457,7 @@ class Analyzer:
         st.prompt_tokens += answer.num_prompt_tokens
         st.cached_tokens += cached
         st.last_latency_s, st.last_ttft_s = latency, answer.ttft_s
-        self._latencies.append(latency)
+        self._latencies.add(latency)
         valid = True
         rejected: Counter[str] = Counter()
         accepted: tuple[AcceptedFault, ...] = ()
@@ -708,7 +709,6 @@ class Analyzer:
 
     def snapshot(self) -> dict[str, Any]:
         now = self._mono()
-        lat = sorted(self._latencies)
         prompt = sum(s.prompt_tokens for s in self._streams.values())
         cached = sum(s.cached_tokens for s in self._streams.values())
         rejected: Counter[str] = Counter()
@@ -718,8 +718,8 @@ class Analyzer:
             "analyses": self.analyses,
             "running": sum(1 for s in self._streams.values() if s.running),
             "waiting": sum(1 for s in self._streams.values() if s.dirty_since is not None),
-            "latency_p50_s": _round(_percentile(lat, 0.50)),
-            "latency_p95_s": _round(_percentile(lat, 0.95)),
+            "latency_p50_s": _round(self._latencies.percentile(0.50)),
+            "latency_p95_s": _round(self._latencies.percentile(0.95)),
             "prefix_hit_rate": round(cached / prompt, 3) if prompt else None,
             "faults_accepted": sum(s.accepted for s in self._streams.values()),
             "faults_rejected": dict(rejected),
@@ -733,12 +733,6 @@ def _report_key(fault: AcceptedFault) -> tuple[str, int]:
     code, so the same segment relabelled at the next analysis is not a new alert."""
     code = fault.code.split(":", 1)[0]
     return code, fault.line.seq
-
-
-def _percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def _round(value: float | None) -> float | None:

@@ -13,40 +13,15 @@ sees, so they include tokenization and queueing, not only engine time.
 
 from __future__ import annotations
 
-import statistics
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent.engine.lazy import require_module
+from pipelines.latency import LatencyWindow
 
 __all__ = ["EngineStats", "LatencyWindow", "StatsCollector", "stat_logger_factory"]
-
-_WINDOW = 512  # latencies kept for percentiles: recent behaviour, bounded memory
-
-
-class LatencyWindow:
-    """The most recent latencies (seconds) with p50/p95."""
-
-    def __init__(self, size: int = _WINDOW) -> None:
-        self._values: deque[float] = deque(maxlen=size)
-        self.count = 0
-        self.last: float | None = None
-
-    def add(self, value: float) -> None:
-        self._values.append(value)
-        self.count += 1
-        self.last = value
-
-    def percentile(self, q: float) -> float | None:
-        if not self._values:
-            return None
-        if len(self._values) == 1:
-            return self._values[0]
-        cuts = statistics.quantiles(self._values, n=100, method="inclusive")
-        return cuts[min(98, max(0, round(q * 100) - 1))]
 
 
 @dataclass(frozen=True)
