@@ -232,20 +232,7 @@ class Daemon:
                     trend=fault.trend,
                 )
                 events += self.tracker.observe(
-                    Observation(
-                        stream_id=stream_id,
-                        fault=fault.code,
-                        label=fault.label,
-                        severity=fault.severity,
-                        source="llm",
-                        evidence=Evidence(
-                            text=fault.quote[:_EVIDENCE_CHARS],
-                            start=fault.line.start,
-                            end=fault.line.end,
-                            seq=fault.line.seq,
-                            note=fault.trend,
-                        ),
-                    )
+                    fault.observation(stream_id, max_text=_EVIDENCE_CHARS)
                 )
             await self._persist(events)
 

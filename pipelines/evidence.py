@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pipelines.alerts import Evidence, Observation
 from pipelines.analysis_prompt import OTHER
 from pipelines.context import ContextLine
 from pipelines.detect import FaultRule, Severity, reads_as_all_clear
@@ -136,6 +137,23 @@ class AcceptedFault:
     line: ContextLine  # the segment the quote was found in
     quote: str  # as it appears in that segment (original case)
     trend: str | None
+
+    def observation(self, stream_id: str, *, max_text: int = 500) -> Observation:
+        """This fault as the alert tracker takes it from the LLM tier."""
+        return Observation(
+            stream_id=stream_id,
+            fault=self.code,
+            label=self.label,
+            severity=self.severity,
+            source="llm",
+            evidence=Evidence(
+                text=self.quote[:max_text],
+                start=self.line.start,
+                end=self.line.end,
+                seq=self.line.seq,
+                note=self.trend,
+            ),
+        )
 
 
 @dataclass(frozen=True)

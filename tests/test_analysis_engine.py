@@ -252,20 +252,7 @@ async def test_keyword_and_llm_tiers_share_one_alert(engine_link: Any) -> None:
 
     async def to_tracker(stream_id: str, faults: Sequence[AcceptedFault]) -> None:
         for f in faults:
-            events.extend(
-                tracker.observe(
-                    Observation(
-                        stream_id=stream_id,
-                        fault=f.code,
-                        label=f.label,
-                        severity=f.severity,
-                        source="llm",
-                        evidence=Evidence(
-                            text=f.quote, start=f.line.start, end=f.line.end, seq=f.line.seq
-                        ),
-                    )
-                )
-            )
+            events.extend(tracker.observe(f.observation(stream_id)))
 
     llm, codec = engine_link
     a = Analyzer(llm, codec, AnalysisSettings(), CONFIG.faults, budget=4096, on_faults=to_tracker)
