@@ -1,6 +1,8 @@
 """The daemon's side of the slow tier: the engine and its tokenizer behind the protocols
 pipelines.analysis declares (AnalysisLlm, TokenCodec).
 
+Requests go through the engine supervisor (agent.supervisor): it admits new analyses only
+while the engine serves and memory is not tight, and learns from every failed request.
 The tokenizer is our own instance, loaded once from the engine's model folder on a thread
 of its own: contexts live in the agent and must outlive engine restarts, and a Rust
 tokenizer shared across threads fails with "Already borrowed".
@@ -19,7 +21,7 @@ import structlog
 from agent.engine import EngineDead, EngineNotRunning
 from agent.engine.engine import GenerationResult
 from agent.engine.lazy import require_module
-from agent.llm_host import LlmHost
+from agent.supervisor import EngineSupervisor
 from pipelines.analysis import LlmUnavailable
 from pipelines.analysis_prompt import ChatFrame
 
@@ -32,13 +34,14 @@ _USER = "\x00EDGE-AGENT-USER\x00"
 
 
 class EngineLlm:
-    """AnalysisLlm over the hosted engine: requests go to it while it serves."""
+    """AnalysisLlm over the supervised engine."""
 
-    def __init__(self, host: LlmHost) -> None:
+    def __init__(self, host: EngineSupervisor) -> None:
         self.host = host
 
     async def wait_ready(self) -> None:
-        await self.host.ready.wait()
+        # admit, not ready: under memory pressure (warn) no new analysis starts
+        await self.host.admit.wait()
 
     async def complete(
         self,
@@ -48,21 +51,18 @@ class EngineLlm:
         json_schema: Mapping[str, Any] | None,
         stop: Sequence[str] = (),
     ) -> GenerationResult:
-        if not self.host.ready.is_set():
-            raise LlmUnavailable(f"engine is {self.host.state}")
         try:
-            return await self.host.engine.complete(
+            return await self.host.complete(
                 prompt, max_tokens=max_tokens, json_schema=json_schema, stop=stop
             )
-        except (EngineNotRunning, EngineDead) as exc:
-            self.host.mark_down(exc)
+        except (EngineNotRunning, EngineDead) as exc:  # the supervisor already knows
             raise LlmUnavailable(str(exc)) from exc
 
 
 class EngineCodec:
     """TokenCodec with the model's own tokenizer, loaded when the engine first served."""
 
-    def __init__(self, host: LlmHost) -> None:
+    def __init__(self, host: EngineSupervisor) -> None:
         self.host = host
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-tokenize")
         self._tokenizer: Any | None = None

@@ -3,8 +3,9 @@ and, with `llm.enabled`, merged text -> per-stream rolling context -> LLM analys
 
 Tasks (one TaskGroup, each named): the broker link, the detector loop over the bounded
 ingest queue, the tracker tick (debounce flushes, quiet ends), the outbox publisher, the
-error reporter and the status publisher; with the LLM, the engine start and the analysis
-workers (pipelines.analysis), which never hold up the keyword tier. Stopping drains in the
+error reporter, the status publisher and the memory watchdog; with the LLM, the engine
+supervisor (start, restarts, the tuning ladder: agent.supervisor) and the analysis workers
+(pipelines.analysis), which never hold up the keyword tier. Stopping drains in the
 order that loses nothing: finish the queued segments, flush pending updates into the
 outbox, give the outbox a grace period to empty (what remains stays on disk for the next
 start), announce `stopped`, disconnect, then persist anything that arrived meanwhile.
@@ -29,10 +30,14 @@ from pipelines.compat import TaskGroup
 
 if TYPE_CHECKING:
     from agent.analysis_link import EngineCodec
-    from agent.llm_host import LlmHost
 from agent.mqtt import MqttLink, NotConnectedError, Topics
 from agent.outbox import Outbox, PendingEvent
 from agent.stats import Stats
+from agent.supervisor import EngineSupervisor
+from agent.watchdog.events import EventLog
+from agent.watchdog.monitor import MemoryWatchdog
+from agent.watchdog.probes import HostProbe, MemoryProbe, NvmlGpu
+from agent.watchdog.store import RungStore
 from pipelines.alerts import AlertEvent, AlertTracker, EventType, Evidence, Observation
 from pipelines.analysis import Analyzer
 from pipelines.detect import KeywordDetector
@@ -51,7 +56,8 @@ _RETRY_S = 1.0
 
 
 class Daemon:
-    def __init__(self, loaded: LoadedConfig) -> None:
+    def __init__(self, loaded: LoadedConfig, *, probe: MemoryProbe | None = None) -> None:
+        """`probe` replaces the real memory probe (tests feed measured sequences)."""
         self.loaded = loaded
         cfg = loaded.config
         self.cfg = cfg
@@ -77,15 +83,25 @@ class Daemon:
         self.errors = ErrorReporter(
             self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
         )
-        self.llm: LlmHost | None = None
+        self._status_kick = asyncio.Event()
+        self.events = EventLog(on_event=self._status_kick.set)
+        self.llm: EngineSupervisor | None = None
         self.analysis: Analyzer | None = None
         self._codec: EngineCodec | None = None
         if cfg.llm.enabled and cfg.engine is not None:
-            # Imports the engine package only when used.
+            # Imports transformers (the tokenizer) only when used.
             from agent.analysis_link import EngineCodec, EngineLlm
-            from agent.llm_host import LlmHost
 
-            self.llm = LlmHost(cfg.engine)
+            assert cfg.watchdog.state_path is not None  # the loader resolves it
+            self.llm = EngineSupervisor(
+                cfg.engine,
+                cfg.watchdog,
+                store=RungStore(cfg.watchdog.state_path),
+                events=self.events,
+                context_tokens=cfg.llm.context_budget(cfg.engine),
+                answer_tokens=cfg.llm.max_output_tokens,
+                on_window=self._on_window,
+            )
             self._codec = EngineCodec(self.llm)
             self.analysis = Analyzer(
                 EngineLlm(self.llm),
@@ -96,6 +112,15 @@ class Daemon:
                 on_faults=self._on_llm_faults,
                 priority=self._keyword_alert_streams,
                 disabled_for=lambda sid: cfg.streams.for_stream(sid).disabled_faults,
+            )
+        self.watchdog: MemoryWatchdog | None = None
+        if cfg.watchdog.enabled:
+            gpu = NvmlGpu() if cfg.watchdog.gpu_warn_bytes is not None else None
+            self.watchdog = MemoryWatchdog(
+                cfg.watchdog,
+                probe or HostProbe(gpu=gpu),
+                events=self.events,
+                supervisor=self.llm,
             )
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
@@ -214,6 +239,11 @@ class Daemon:
                 faults=[m.code for m in matches],
             )
 
+    def _on_window(self, tokens: int) -> None:
+        """The watchdog's context rung (or its climb back) resizes every stream's window."""
+        if self.analysis is not None:
+            self.analysis.set_budget(tokens)
+
     def _keyword_alert_streams(self) -> set[str]:
         return {a.stream_id for a in self.tracker.active() if "keyword" in a.sources}
 
@@ -305,11 +335,16 @@ class Daemon:
     async def _status_loop(self) -> None:
         while True:
             await self.link.connected.wait()
+            self._status_kick.clear()
             with contextlib.suppress(NotConnectedError):  # the next round publishes again
                 await self.link.publish(self.topics.status, self.status_payload(), retain=True)
-            await asyncio.sleep(self.cfg.mqtt.status_interval_s)
+            # Every interval, and at once after a watchdog or supervisor decision.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._status_kick.wait(), self.cfg.mqtt.status_interval_s)
 
     def status_snapshot(self, state: str = "running") -> dict[str, Any]:
+        if state == "running" and self.llm is not None and self.llm.degraded:
+            state = "degraded"  # keyword alerts only, until the engine is tried again
         analysis = self.analysis.snapshot() if self.analysis is not None else None
         snap = self.stats.snapshot(
             device_id=self.cfg.device_id,
@@ -328,6 +363,10 @@ class Daemon:
                 "max": self.cfg.outbox.max_events,
             },
             active_alerts=len(self.tracker.active()),
+            watchdog={
+                **(self.watchdog.snapshot() if self.watchdog is not None else {"level": None}),
+                "events": self.events.recent(),
+            },
         )
         if analysis is not None:  # each stream's window beside its ingest counters
             for sid, ctx in analysis.pop("streams").items():
@@ -364,8 +403,10 @@ class Daemon:
                     tg.create_task(self._status_loop(), name="status"),
                     tg.create_task(self.errors.run(), name="errors"),
                 ]
+                if self.watchdog is not None:
+                    background.append(tg.create_task(self.watchdog.run(), name="watchdog"))
                 if self.llm is not None:
-                    background.append(tg.create_task(self.llm.run(), name="engine.start"))
+                    background.append(tg.create_task(self.llm.run(), name="engine.supervisor"))
                 analysis = (
                     tg.create_task(self.analysis.run(), name="analysis")
                     if self.analysis is not None

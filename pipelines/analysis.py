@@ -551,7 +551,26 @@ class Analyzer:
             self._tail_reserve = max(len(t) for t in tails) + _TAIL_MARGIN
             self._frame = frame  # last: its presence means everything above is ready
 
+    def set_budget(self, budget: int) -> None:
+        """A new window size for every stream (the watchdog's context rung, or its climb
+        back). Applied to each window at the start of its next analysis, never under one."""
+        if budget != self.budget:
+            log.warning("context.budget", budget=budget, previous=self.budget)
+        self.budget = budget
+        self._pending_max_chars = budget * 4
+
     async def _window(self, st: _Stream) -> ContextWindow:
+        if st.window is not None and st.window.budget != self.budget:
+            before = st.window.budget
+            drop = st.window.resize(self.budget)
+            log.warning(
+                "context.resize",
+                stream_id=st.stream_id,
+                budget=self.budget,
+                previous=before,
+                lines_dropped=len(drop.lines) if drop else 0,
+                tokens_dropped=drop.tokens if drop else 0,
+            )
         if st.window is None:
             st.window = ContextWindow(
                 self.budget,

@@ -146,6 +146,26 @@ class ContextWindow:
             self.drop_oldest(len(self.planned_drop()))
         return changed
 
+    def resize(self, budget: int) -> Drop | None:
+        """A new budget (the watchdog's context rung, or its climb back). A smaller one drops
+        the oldest lines that no longer fit, in one step; the head must still fit.
+
+        Raises:
+            ContextError: the head and tail would leave under a quarter of `budget`.
+        """
+        if budget <= self.tail_reserve:
+            raise ContextError(f"budget {budget} must exceed the tail reserve {self.tail_reserve}")
+        room = budget - self.tail_reserve - max(len(self._head), self.head_reserve)
+        if room < budget // 4:
+            raise ContextError(
+                f"a {budget}-token budget leaves {room} tokens for the transcript after the "
+                "head and the request"
+            )
+        self.budget = budget
+        if self._transcript_tokens <= self.capacity:
+            return None
+        return self.drop_oldest(len(self.planned_drop()))
+
     def planned_drop(self, incoming: Sequence[ContextLine] = ()) -> tuple[ContextLine, ...]:
         """The lines that appending `incoming` would drop (oldest first; none if it fits).
 

@@ -40,16 +40,15 @@ CHATTER = [
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine_link(default_model: Path) -> AsyncIterator[tuple[Any, Any]]:
     from agent.analysis_link import EngineCodec, EngineLlm
-    from agent.llm_host import LlmHost
+    from agent.supervisor import EngineSupervisor, supervised
 
     assert CONFIG.engine is not None
-    host = LlmHost(CONFIG.engine.model_copy(update={"model": str(default_model)}))
-    await host.run()
-    assert host.state == "running", host.detail
-    codec = EngineCodec(host)
-    yield EngineLlm(host), codec
-    codec.close()
-    await host.stop()
+    host = EngineSupervisor(CONFIG.engine.model_copy(update={"model": str(default_model)}))
+    async with supervised(host):
+        assert await host.wait_serving(), host.detail
+        codec = EngineCodec(host)
+        yield EngineLlm(host), codec
+        codec.close()
 
 
 class Sink:

@@ -236,6 +236,14 @@ def load_config(
     if not config.outbox.path.is_absolute():
         outbox = config.outbox.model_copy(update={"path": config_path.parent / config.outbox.path})
         config = config.model_copy(update={"outbox": outbox})
+    state = config.watchdog.state_path
+    if state is None:  # the state directory is where the outbox lives
+        state = config.outbox.path.parent / "watchdog.json"
+    elif not state.is_absolute():
+        state = config_path.parent / state
+    if state != config.watchdog.state_path:
+        watchdog = config.watchdog.model_copy(update={"state_path": state})
+        config = config.model_copy(update={"watchdog": watchdog})
     return LoadedConfig(
         config=config,
         config_path=config_path,

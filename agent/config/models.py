@@ -17,6 +17,7 @@ from typing_extensions import Self
 
 from agent.config.merge import deep_merge
 from agent.engine.profile import EngineProfile
+from agent.watchdog.settings import WatchdogSettings
 from pipelines.analysis import AnalysisSettings
 from pipelines.detect import FaultRule, KeywordSettings
 
@@ -361,6 +362,12 @@ class AgentConfig(_Model):
         title="Engine",
         description="The embedded vLLM engine's settings; normally from the device profile.",
     )
+    watchdog: WatchdogSettings = Field(
+        default_factory=WatchdogSettings,
+        title="Watchdog",
+        description="Memory thresholds, engine restart limits and the tuning ladder's state; "
+        "normally from the device profile.",
+    )
     logging: LoggingSettings = Field(
         default_factory=LoggingSettings, title="Logging", description="Log output."
     )
@@ -387,6 +394,13 @@ class AgentConfig(_Model):
                     f"context_tokens {budget} + max_output_tokens {self.llm.max_output_tokens} "
                     f"exceed the engine's max_model_len {self.engine.max_model_len}",
                     ("llm", "context_tokens"),
+                )
+            if self.watchdog.hang_s >= self.llm.analysis_timeout_s:
+                raise LocatedError(
+                    f"watchdog.hang_s {self.watchdog.hang_s:g} must be below "
+                    f"llm.analysis_timeout_s {self.llm.analysis_timeout_s:g}: the watchdog must "
+                    "see a hung request before the analysis gives up on it",
+                    ("watchdog", "hang_s"),
                 )
             if budget < 2048:
                 raise LocatedError(

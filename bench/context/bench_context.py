@@ -76,8 +76,8 @@ from agent.config.loader import load_config  # noqa: E402
 from agent.engine import EngineProfile, ensure_default_model, plan_memory  # noqa: E402
 from agent.engine.engine import GenerationResult  # noqa: E402
 from agent.engine.paths import default_model_dir  # noqa: E402
-from agent.llm_host import LlmHost  # noqa: E402
 from agent.logsetup import configure_logging  # noqa: E402
+from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
 from bench.context.synth import SynthSegment, generate_shift  # noqa: E402
 from pipelines.analysis import (  # noqa: E402
     AnalysisLlm,
@@ -139,7 +139,7 @@ class PlainLlm:
     need one), no stop strings (they need detokenizing), at most `max_tokens` answer
     tokens. Errors map to LlmUnavailable as in the service (EngineLlm underneath)."""
 
-    def __init__(self, host: LlmHost, max_tokens: int) -> None:
+    def __init__(self, host: EngineSupervisor, max_tokens: int) -> None:
         self.inner = EngineLlm(host)
         self.max_tokens = max_tokens
         self.requests = 0
@@ -623,7 +623,11 @@ async def prepare(args: argparse.Namespace) -> Setup:
 
 
 async def replay_all(
-    args: argparse.Namespace, setup: Setup, host: LlmHost, codec: TokenCodec, t_process: float
+    args: argparse.Namespace,
+    setup: Setup,
+    host: EngineSupervisor,
+    codec: TokenCodec,
+    t_process: float,
 ) -> None:
     info = host.engine.info
     assert info is not None
@@ -709,21 +713,20 @@ async def main_async(args: argparse.Namespace) -> int:
     setup = await prepare(args)
     if args.dry_run:
         return 0
-    host = LlmHost(setup.engine)
+    host = EngineSupervisor(setup.engine)
     t0 = time.perf_counter()
-    await host.run()
-    if host.state != "running":
-        print(f"engine {host.state}: {host.detail}", file=sys.stderr)
-        return 1
-    print(f"engine started in {time.perf_counter() - t0:.1f}s", flush=True)
-    engine_codec = None if setup.plain else EngineCodec(host)
-    codec: TokenCodec = engine_codec or WordHashCodec(high=min(150_000, setup.vocab))
-    try:
-        await replay_all(args, setup, host, codec, t_process)
-    finally:
-        if engine_codec is not None:
-            engine_codec.close()
-        await host.stop()
+    async with supervised(host):
+        if not await host.wait_serving():
+            print(f"engine {host.state}: {host.detail}", file=sys.stderr)
+            return 1
+        print(f"engine started in {time.perf_counter() - t0:.1f}s", flush=True)
+        engine_codec = None if setup.plain else EngineCodec(host)
+        codec: TokenCodec = engine_codec or WordHashCodec(high=min(150_000, setup.vocab))
+        try:
+            await replay_all(args, setup, host, codec, t_process)
+        finally:
+            if engine_codec is not None:
+                engine_codec.close()
     return 0
 
 

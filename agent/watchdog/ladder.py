@@ -1,0 +1,182 @@
+"""The tuning ladder: the engine settings the watchdog steps down through, cheapest first.
+
+Rung 0 is the profile as configured. Each further rung changes one knob more, in the order
+the field found least costly (docs/watchdog.md):
+
+1. speculative tokens k-1 ... 1, then off (less verify compute and draft memory);
+2. CUDA graphs: decode-only graphs of the smallest batches (graph memory);
+3. KV cache budget: 85 %, 80 %, 75 % of the configured bytes (never below what one full
+   context needs), or gpu_memory_utilization 0.85, 0.80, 0.75 on a discrete GPU;
+4. max_num_batched_tokens halved twice (activation memory; recompiles on CUDA);
+5. last, and loudly: the context window, to 75 % then 50 % (never under 2048 tokens), with
+   max_model_len following it. This one shortens what the analysis can see.
+
+Rungs are cumulative (rung n carries every change of rungs 1..n) and each is validated as a
+profile; a step that a profile cannot take (no graphs on CPU, no speculation configured) is
+not on its ladder at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ByteSize, ValidationError
+
+from agent.engine.profile import CudaGraphSettings, EngineProfile
+
+__all__ = ["MIN_CONTEXT_TOKENS", "Knob", "Rung", "build_ladder", "ladder_fingerprint"]
+
+MIN_CONTEXT_TOKENS = 2048  # the config's own floor for a window (agent.config.models)
+_KV_FRACTIONS = (0.85, 0.80, 0.75)
+_UTILIZATIONS = (0.85, 0.80, 0.75)
+_CONTEXT_FRACTIONS = (0.75, 0.5)
+_MIN_BATCHED_TOKENS = 256
+
+Knob = Literal["none", "speculative", "cuda_graphs", "kv_cache", "batched_tokens", "context"]
+
+
+@dataclass(frozen=True)
+class Rung:
+    index: int
+    knob: Knob
+    name: str  # what this rung changed, for logs and status
+    profile: EngineProfile
+    context_tokens: int | None  # the analysis window on this rung (None: no slow tier)
+
+    @property
+    def loud(self) -> bool:
+        """Shortens what the analysis sees: logged as an error, not a warning."""
+        return self.knob == "context"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "knob": self.knob, "name": self.name}
+
+
+def _set(profile: EngineProfile, **changes: Any) -> EngineProfile | None:
+    """`profile` with top-level `changes`, validated (None: the result is not a valid profile)."""
+    data = profile.model_dump(mode="python")
+    data.update(changes)
+    try:
+        return EngineProfile.model_validate(data)
+    except ValidationError:
+        return None
+
+
+class _Builder:
+    """Rungs in the making: each push applies one more change on top of the last rung."""
+
+    def __init__(self, profile: EngineProfile, window: int | None) -> None:
+        self.rungs = [Rung(0, "none", "as configured", profile, window)]
+
+    @property
+    def cur(self) -> EngineProfile:
+        return self.rungs[-1].profile
+
+    @property
+    def window(self) -> int | None:
+        return self.rungs[-1].context_tokens
+
+    def push(
+        self, knob: Knob, name: str, new: EngineProfile | None, window: int | None = None
+    ) -> None:
+        if new is not None:
+            self.rungs.append(Rung(len(self.rungs), knob, name, new, window or self.window))
+
+
+def build_ladder(
+    profile: EngineProfile,
+    *,
+    context_tokens: int | None,
+    answer_tokens: int = 0,
+    kv_bytes_per_token: int | None = None,
+) -> list[Rung]:
+    """The rungs for `profile` (rung 0 first). `context_tokens` is the analysis window
+    (None without the slow tier); `kv_bytes_per_token` (from the memory planner) keeps the
+    KV steps above one full context; unknown, the KV steps are taken as they are and the
+    engine's own planner refuses a rung that cannot hold max_model_len."""
+    b = _Builder(profile, context_tokens)
+    _speculative(b)
+    _graphs(b)
+    _kv_cache(b, kv_bytes_per_token)
+    _batched_tokens(b)
+    if context_tokens is not None:
+        _context(b, context_tokens, answer_tokens)
+    return b.rungs
+
+
+def _speculative(b: _Builder) -> None:
+    spec = b.cur.speculative
+    if not spec.enabled:
+        return
+    for k in range(spec.num_speculative_tokens - 1, 0, -1):
+        update = {"num_speculative_tokens": k}
+        b.push(
+            "speculative",
+            f"speculative k={k}",
+            _set(b.cur, speculative=spec.model_copy(update=update)),
+        )
+    off = b.cur.speculative.model_copy(update={"method": "off"})
+    b.push("speculative", "speculative off", _set(b.cur, speculative=off))
+
+
+def _graphs(b: _Builder) -> None:
+    need = b.cur.graph_tokens_needed()
+    if not need:
+        return
+    sizes = sorted({s for s in (1, 2, 4, 8) if s < need} | {need})
+    graphs = CudaGraphSettings(mode="FULL_DECODE_ONLY", capture_sizes=sizes)
+    if graphs != b.cur.cuda_graphs:
+        name = f"CUDA graphs decode-only, sizes {sizes}"
+        b.push("cuda_graphs", name, _set(b.cur, cuda_graphs=graphs))
+
+
+def _kv_cache(b: _Builder, kv_bytes_per_token: int | None) -> None:
+    mem = b.cur.memory
+    if mem.kv_cache_memory_bytes is not None:
+        base = int(mem.kv_cache_memory_bytes)
+        block = b.cur.block_size or (128 if b.cur.device.kind == "cpu" else 16)
+        floor = (b.cur.max_model_len + block) * (kv_bytes_per_token or 0)
+        for fraction in _KV_FRACTIONS:
+            size = int(base * fraction)
+            if size < floor:
+                return
+            update: dict[str, Any] = {"kv_cache_memory_bytes": ByteSize(size)}
+            name = f"KV cache {size / (1 << 20):.0f} MiB ({fraction:.0%})"
+            b.push("kv_cache", name, _set(b.cur, memory=mem.model_copy(update=update)))
+    elif mem.gpu_memory_utilization is not None:
+        for util in _UTILIZATIONS:
+            if util < mem.gpu_memory_utilization:
+                name = f"gpu_memory_utilization {util:.2f}"
+                lower = mem.model_copy(update={"gpu_memory_utilization": util})
+                b.push("kv_cache", name, _set(b.cur, memory=lower))
+
+
+def _batched_tokens(b: _Builder) -> None:
+    for _ in range(2):
+        smaller = b.cur.max_num_batched_tokens // 2
+        if smaller < max(_MIN_BATCHED_TOKENS, b.cur.max_num_seqs):
+            return
+        compiled = b.cur.device.kind == "cuda" and not b.cur.enforce_eager
+        name = f"max_num_batched_tokens {smaller}{' (recompiles)' if compiled else ''}"
+        b.push("batched_tokens", name, _set(b.cur, max_num_batched_tokens=smaller))
+
+
+def _context(b: _Builder, context_tokens: int, answer_tokens: int) -> None:
+    for fraction in _CONTEXT_FRACTIONS:
+        tokens = max(int(context_tokens * fraction) // 256 * 256, MIN_CONTEXT_TOKENS)
+        if b.window is None or tokens >= b.window:
+            return
+        max_len = min(b.cur.max_model_len, tokens + answer_tokens)
+        name = f"context window {tokens} tokens (max_model_len {max_len})"
+        b.push("context", name, _set(b.cur, max_model_len=max_len), tokens)
+
+
+def ladder_fingerprint(profile: EngineProfile, context_tokens: int | None) -> str:
+    """Identifies the configuration a persisted rung was taken on: a changed profile or
+    window starts again from rung 0 instead of applying a rung of another ladder."""
+    data = {"profile": profile.model_dump(mode="json"), "context": context_tokens}
+    blob = json.dumps(data, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,103 @@
+"""The ladder's rung on disk, so that a reboot starts from the settings that were safe.
+
+One small JSON file in the state directory, replaced atomically (temp file, fsync, rename,
+fsync of the folder): a power cut leaves the old rung or the new one, never half a file.
+A file that does not parse, or that belongs to another profile (fingerprint), is set
+aside and the service starts on rung 0, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+__all__ = ["RungRecord", "RungStore"]
+
+log = structlog.get_logger(__name__)
+
+_HISTORY = 20
+
+
+@dataclass
+class RungRecord:
+    rung: int = 0
+    name: str = "as configured"
+    reason: str | None = None
+    at: float | None = None  # epoch seconds of the last change
+    fingerprint: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rung": self.rung,
+            "name": self.name,
+            "reason": self.reason,
+            "at": self.at,
+            "fingerprint": self.fingerprint,
+            "history": self.history[-_HISTORY:],
+        }
+
+
+class RungStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self, fingerprint: str) -> RungRecord:
+        """The persisted record for this ladder; rung 0 when none fits."""
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return RungRecord(fingerprint=fingerprint)
+        except OSError as exc:
+            log.error("watchdog.state_unreadable", path=str(self.path), error=str(exc))
+            return RungRecord(fingerprint=fingerprint)
+        try:
+            data = json.loads(raw)
+            record = RungRecord(
+                rung=int(data["rung"]),
+                name=str(data["name"]),
+                reason=data.get("reason"),
+                at=data.get("at"),
+                fingerprint=data.get("fingerprint"),
+                history=list(data.get("history", [])),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            aside = self.path.with_suffix(f".bad-{int(time.time())}")
+            self.path.replace(aside)
+            log.error(
+                "watchdog.state_corrupt", path=str(self.path), kept_as=str(aside), error=str(exc)
+            )
+            return RungRecord(fingerprint=fingerprint)
+        if record.fingerprint != fingerprint:
+            log.warning(
+                "watchdog.state_other_profile",
+                path=str(self.path),
+                rung=record.rung,
+                detail="the profile or window changed since this rung was taken: rung 0",
+            )
+            return RungRecord(fingerprint=fingerprint, history=record.history)
+        return record
+
+    def save(self, record: RungRecord) -> None:
+        """Write atomically. Blocking (fsync): call it off the event loop."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        data = json.dumps(record.as_dict(), indent=2, ensure_ascii=False).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        tmp.replace(self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

@@ -1,0 +1,287 @@
+"""The supervisor's decisions under faults a real engine cannot produce on demand: starts
+that fail N times, out-of-memory at start, a request that never ends, a profile refused on
+paper. The same decisions against the real engine (SIGKILL, rate limit, degraded mode) are
+in test_watchdog_engine.py; this file drives an engine stand-in so that each fault is exact
+and each test takes well under a second."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.engine import (
+    EngineDead,
+    EngineNotRunning,
+    EngineProfile,
+    EngineStartError,
+    EngineWontFit,
+    load_engine_profile,
+)
+from agent.engine.engine import EngineHealth, EngineInfo, GenerationResult
+from agent.supervisor import EngineSupervisor, Trouble, is_out_of_memory, supervised
+from agent.watchdog.events import EventLog
+from agent.watchdog.ladder import ladder_fingerprint
+from agent.watchdog.settings import WatchdogSettings
+from agent.watchdog.store import RungRecord, RungStore
+from pipelines.compat import timeout
+
+PROFILE = load_engine_profile("cpu-dev").model_copy(update={"load_format": "dummy"})
+FAST = {
+    "interval_s": 0.05,
+    "backoff_initial_s": 0.01,
+    "backoff_max_s": 0.05,
+    "degraded_retry_s": 0.3,
+    "restart_window_s": 60,
+    "hang_s": 0.3,
+}
+
+
+class StandInEngine:
+    """The Engine surface the supervisor uses, with scripted failures."""
+
+    def __init__(self, fail_starts: list[BaseException] | None = None) -> None:
+        self.fail_starts = list(fail_starts or [])
+        self.state = "stopped"
+        self.profile: EngineProfile | None = None
+        self.info: EngineInfo | None = None
+        self.started: list[EngineProfile] = []
+        self.healthy = True
+        self.block = asyncio.Event()  # complete() waits on it when `hang` is set
+        self.hang = False
+        self.finish_reason = "stop"
+
+    async def start(self, profile: EngineProfile, **_: Any) -> EngineInfo:
+        self.profile = profile
+        if self.fail_starts:
+            raise self.fail_starts.pop(0)
+        self.started.append(profile)
+        self.state, self.healthy = "running", True
+        k = profile.speculative.num_speculative_tokens if profile.speculative.enabled else 0
+        self.info = EngineInfo(
+            "0.0", "cpu", Path("m"), 0.01, 1000, profile.max_model_len, "ngram", k, "fits"
+        )
+        return self.info
+
+    async def restart(self, profile: EngineProfile) -> EngineInfo:
+        await self.shutdown()
+        return await self.start(profile)
+
+    async def shutdown(self) -> None:
+        self.state, self.info = "stopped", None
+        self.block.set()
+
+    async def health(self, timeout: float = 5.0) -> EngineHealth:
+        if self.state == "running" and not self.healthy:
+            self.state = "dead"
+        return EngineHealth(self.state, self.state == "running", self.state)  # type: ignore[arg-type]
+
+    async def complete(self, prompt: Any, **_: Any) -> GenerationResult:
+        if self.state != "running":
+            raise EngineNotRunning(self.state)
+        if self.hang:
+            self.block.clear()
+            await self.block.wait()
+            return GenerationResult("r", "", (), "abort", 3, 0, None, 0.0)
+        return GenerationResult("r", "{}", (1,), self.finish_reason, 3, 0, 0.01, 0.02)
+
+
+def supervisor(
+    tmp_path: Path, engine: StandInEngine, windows: list[int] | None = None, **settings: Any
+) -> EngineSupervisor:
+    return EngineSupervisor(
+        PROFILE,
+        WatchdogSettings(**{**FAST, **settings}),
+        store=RungStore(tmp_path / "watchdog.json"),
+        events=EventLog(keep=100),
+        context_tokens=4096,
+        answer_tokens=256,
+        on_window=windows.append if windows is not None else None,
+        engine=engine,  # type: ignore[arg-type]
+    )
+
+
+def names(sup: EngineSupervisor) -> list[str]:
+    return [e["event"] for e in sup.events.recent()]
+
+
+async def until(predicate: Any, what: str, limit: float = 5.0) -> None:
+    async with timeout(limit):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def test_a_dead_engine_is_restarted_one_rung_down_and_the_rung_persists(
+    tmp_path: Path,
+) -> None:
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+        engine.healthy = False  # the core died: the health check sees it
+        await until(lambda: len(engine.started) == 2 and sup.ready.is_set(), "restart")
+        assert sup.rung.index == 1 and sup.rung.name == "speculative k=2"
+        assert engine.started[-1].speculative.num_speculative_tokens == 2
+        assert sup.restarts_by_reason == {"engine_dead": 1}
+        assert sup.last_restart is not None and sup.last_restart["recovery_s"] is not None
+    saved = RungStore(tmp_path / "watchdog.json").load(ladder_fingerprint(PROFILE, 4096))
+    assert (saved.rung, saved.name) == (1, "speculative k=2")
+    assert saved.reason is not None and saved.reason.startswith("engine_dead")
+    assert names(sup) == ["engine.ready", "engine.restart", "watchdog.rung", "engine.ready"]
+
+
+async def test_the_rate_limit_puts_the_service_in_degraded_mode_then_retries(
+    tmp_path: Path,
+) -> None:
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine, restart_limit=2)
+    async with supervised(sup):
+        for n in (2, 3):
+            assert await sup.wait_serving()
+            sup.report(Trouble("engine_dead", "test", 1))
+            await until(lambda n=n: len(engine.started) == n and sup.ready.is_set(), "restart")
+        assert sup.report(Trouble("engine_dead", "third", 1))
+        await until(lambda: sup.degraded, "degraded")
+        assert engine.state == "stopped" and not sup.ready.is_set()
+        assert sup.snapshot()["degraded"] is True
+        # while degraded, more trouble changes nothing
+        assert not sup.report(Trouble("memory_critical", "x", 1))
+        await until(sup.ready.is_set, "retry after degraded_retry_s", limit=3)
+        assert len(engine.started) == 4
+    assert "engine.degraded" in names(sup) and "engine.degraded_retry" in names(sup)
+
+
+async def test_failed_starts_back_off_then_succeed(tmp_path: Path) -> None:
+    engine = StandInEngine([EngineStartError("disk full"), EngineStartError("disk full")])
+    sup = supervisor(tmp_path, engine, restart_limit=3)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+    assert names(sup).count("engine.start_failed") == 2
+    assert names(sup).count("engine.start_retry") == 2
+    assert sup.rung.index == 0  # not a memory problem: same rung
+
+
+async def test_starts_that_keep_failing_end_in_degraded_mode_not_a_loop(tmp_path: Path) -> None:
+    engine = StandInEngine([EngineStartError("bad model")] * 10)
+    sup = supervisor(tmp_path, engine, restart_limit=2, degraded_retry_s=30)
+    async with supervised(sup):
+        assert not await sup.wait_serving()
+        assert sup.degraded and "failed to start 2 times" in (sup.detail or "")
+        await asyncio.sleep(0.2)
+        assert len(engine.fail_starts) == 8  # two attempts, then it waits
+        assert sup.request_restart()  # an operator's retry, now
+        await until(lambda: len(engine.fail_starts) == 6, "operator retry")
+
+
+async def test_out_of_memory_at_start_takes_a_rung_down_before_the_retry(tmp_path: Path) -> None:
+    oom = EngineStartError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    engine = StandInEngine([oom])
+    sup = supervisor(tmp_path, engine)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+    assert sup.rung.index == 1
+    assert engine.started[0].speculative.num_speculative_tokens == 2
+
+
+async def test_a_profile_refused_on_paper_is_not_walked_down_the_ladder(tmp_path: Path) -> None:
+    engine = StandInEngine([EngineWontFit("does not fit: 65,536 tokens", "plan")])
+    sup = supervisor(tmp_path, engine)
+    async with timeout(5):
+        await sup.run()  # returns: keyword-only until the configuration changes
+    assert sup.state == "refused" and sup.detail == "does not fit: 65,536 tokens"
+    assert sup.rung.index == 0
+
+
+async def test_a_hung_request_restarts_the_engine(tmp_path: Path) -> None:
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+        engine.hang = True
+        with pytest.raises(EngineNotRunning, match="aborted"):
+            await sup.complete([1, 2, 3])
+        assert sup.restarts_by_reason == {"analysis_hang": 1}
+        await until(sup.ready.is_set, "restarted")
+
+
+async def test_dead_and_oom_request_errors_report_trouble(tmp_path: Path) -> None:
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+
+        async def dies(*_: Any, **__: Any) -> GenerationResult:
+            raise EngineDead("EngineCore encountered an issue")
+
+        engine.complete = dies  # type: ignore[method-assign]
+        with pytest.raises(EngineDead):
+            await sup.complete([1])
+        assert not sup.ready.is_set()  # no new request goes out meanwhile
+        with pytest.raises(EngineNotRunning):
+            await sup.complete([1])
+        await until(sup.ready.is_set, "restarted")
+    assert sup.restarts_by_reason == {"engine_dead": 1}
+    assert is_out_of_memory(RuntimeError("torch.OutOfMemoryError: CUDA out of memory"))
+    assert not is_out_of_memory(RuntimeError("prompt is longer than max_model_len"))
+
+
+async def test_the_persisted_rung_is_where_a_new_start_begins(tmp_path: Path) -> None:
+    RungStore(tmp_path / "watchdog.json").save(
+        RungRecord(
+            rung=9,
+            name="context window 3072 tokens",
+            reason="memory_critical",
+            fingerprint=ladder_fingerprint(PROFILE, 4096),
+        )
+    )
+    engine = StandInEngine()
+    windows: list[int] = []
+    sup = supervisor(tmp_path, engine, windows)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+    assert sup.rung.knob == "context" and engine.started[0].max_model_len == 3072 + 256
+    assert windows == [3072]  # the analysis window shrank before the first analysis
+    assert names(sup)[0] == "watchdog.resume_rung"
+
+
+async def test_after_a_stable_period_it_climbs_one_rung_at_a_time(tmp_path: Path) -> None:
+    RungStore(tmp_path / "watchdog.json").save(
+        RungRecord(rung=2, name="speculative k=1", fingerprint=ladder_fingerprint(PROFILE, 4096))
+    )
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine, stable_s=0.2)
+    async with supervised(sup):
+        await until(lambda: sup.rung.index == 0 and sup.ready.is_set(), "climbed", limit=5)
+    assert [p.speculative.num_speculative_tokens for p in engine.started] == [1, 2, 3]
+    assert sup.restarts == 0  # climbing is not a failure
+
+
+async def test_memory_pressure_resets_the_stable_clock(tmp_path: Path) -> None:
+    RungStore(tmp_path / "watchdog.json").save(
+        RungRecord(rung=1, name="speculative k=2", fingerprint=ladder_fingerprint(PROFILE, 4096))
+    )
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine, stable_s=0.3)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+        for _ in range(8):  # 0.4 s of tight memory, noted every 50 ms
+            sup.note_pressure()
+            await asyncio.sleep(0.05)
+        assert sup.rung.index == 1
+        await until(lambda: sup.rung.index == 0, "climbed after pressure ended", limit=3)
+
+
+async def test_shedding_closes_admission_but_not_requests_in_flight(tmp_path: Path) -> None:
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+        assert sup.admit.is_set()
+        sup.set_shedding(True)
+        assert not sup.admit.is_set() and sup.ready.is_set()
+        result = await sup.complete([1, 2])  # one already admitted still runs
+        assert result.text == "{}"
+        sup.set_shedding(False)
+        assert sup.admit.is_set()
