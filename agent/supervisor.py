@@ -504,6 +504,7 @@ class EngineSupervisor:
             "restarts_by_reason": dict(self.restarts_by_reason),
             "last_restart": self.last_restart,
             "requests_in_flight": len(self._inflight),
+            "engine_pids": self.engine.core_pids(),
         }
 
 

@@ -518,6 +518,20 @@ class Engine:
         run = self._require()
         await run.llm.abort(request_id)
 
+    def core_pids(self) -> list[int]:
+        """Process ids of the engine-core child(ren): what an OOM kill takes. Read from
+        vLLM's process manager (an internal: [] where a version lays it out differently)."""
+        run = self._run
+        if run is None or run.llm is None:
+            return []
+        manager = getattr(
+            getattr(getattr(run.llm, "engine_core", None), "resources", None),
+            "engine_manager",
+            None,
+        )
+        procs = getattr(manager, "processes", None) or []
+        return [int(p.pid) for p in procs if getattr(p, "pid", None)]
+
     # -- health and stats ----------------------------------------------------------------
     async def health(self, timeout: float = 5.0) -> EngineHealth:
         run = self._run

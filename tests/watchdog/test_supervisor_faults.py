@@ -65,6 +65,9 @@ class StandInEngine:
         )
         return self.info
 
+    def core_pids(self) -> list[int]:
+        return []
+
     async def restart(self, profile: EngineProfile) -> EngineInfo:
         await self.shutdown()
         return await self.start(profile)
