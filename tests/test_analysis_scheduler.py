@@ -324,3 +324,28 @@ async def test_a_busy_alert_stream_does_not_starve_the_others() -> None:
     now[0] = 61.0
     st, _ = a._pick()
     assert st is not None and st.stream_id == "quiet"
+
+
+async def test_a_new_budget_reaches_each_window_at_its_next_analysis() -> None:
+    """The watchdog's context rung: set_budget shrinks every stream's window before its
+    next prompt, dropping its oldest lines; the analysis then fits the smaller engine."""
+    llm = StandInLlm()
+    a = make(llm)
+    for seq in range(0, 400, 4):  # about 3,000 of the 4,096 tokens
+        a.add(
+            "s1",
+            seq=seq,
+            start=1e9 + seq,
+            end=1e9 + seq + 1,
+            text=" ".join(f"w{seq}x{i}" for i in range(30)),
+        )
+    await a.analyze("s1")
+    window = a.window("s1")
+    assert window is not None and window.transcript_tokens > 2048
+    a.set_budget(2048)
+    assert window.budget == 4096  # not under a running analysis: at the next one
+    say(a, "s1", 500)
+    await a.analyze("s1")
+    assert window.budget == 2048
+    assert len(llm.prompts[-1]) <= 2048
+    assert window.lines[-1].seq == 500

@@ -99,3 +99,31 @@ def test_refuses_what_cannot_work() -> None:
         window.append([line(1, window.max_line_tokens + 1)])
     with pytest.raises(ContextError, match="reserve"):
         window.prompt([0] * 25)
+
+
+def test_resize_smaller_drops_the_oldest_once_and_larger_only_grows() -> None:
+    """The watchdog's context rung: a smaller budget drops what no longer fits, oldest
+    first, in one step (and a quarter of the new budget at least); its climb back only
+    makes room."""
+    window = ContextWindow(4096, tail_reserve=64, head=list(range(200)))
+    for seq in range(60):
+        window.append([line(seq, 60)])
+    assert window.transcript_tokens > 2048
+    oldest = window.lines[0].seq
+    drops = window.drops
+    drop = window.resize(2048)
+    assert drop is not None and drop.lines[0].seq == oldest
+    assert window.drops == drops + 1
+    assert len(window.prompt(list(range(64)))) <= 2048
+    assert drop.tokens >= 2048 // 4
+    assert [x.seq for x in window.lines] == sorted(x.seq for x in window.lines)
+    assert window.lines[-1].seq == 59  # the newest lines stay
+    before = window.lines
+    assert window.resize(4096) is None and window.lines == before and window.budget == 4096
+
+
+def test_resize_refuses_a_budget_the_head_would_fill() -> None:
+    window = ContextWindow(4096, tail_reserve=64, head=list(range(1500)))
+    with pytest.raises(ContextError, match="leaves"):
+        window.resize(2048)
+    assert window.budget == 4096

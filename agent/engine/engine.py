@@ -200,14 +200,8 @@ class Engine:
     async def restart(self, profile: EngineProfile | None = None) -> EngineInfo:
         """Shut down and start again, applying the acceptance controller's k target."""
         current = self.profile
-        if (
-            profile is not None
-            and current is not None
-            and profile.speculative != current.speculative
-        ):
-            self._applied_k = None  # new speculative settings: start from their k
-        profile = profile or current
-        if profile is None:
+        new = profile or current
+        if new is None:
             raise EngineError("never started: no profile to restart with")
         controller = self._run.controller if self._run else self._last_controller
         k: int | None
@@ -217,6 +211,16 @@ class Engine:
             # Keep what was stepped down to: a restart for any other reason (the watchdog's)
             # must not climb back to the profile's k.
             k = self._applied_k
+        if current is not None and new.speculative != current.speculative:
+            # New speculative settings (a watchdog rung): their k, but never above what the
+            # acceptance controller already stepped down to (a rung must not raise k).
+            self._applied_k = None
+            spec = new.speculative
+            if k is not None and spec.enabled and spec.method == current.speculative.method:
+                k = min(k, spec.num_speculative_tokens)
+            else:
+                k = None
+        profile = new
         await self.shutdown()
         return await self.start(profile, speculative_k=k)
 

@@ -9,7 +9,9 @@ the field found least costly (docs/watchdog.md):
    context needs), or gpu_memory_utilization 0.85, 0.80, 0.75 on a discrete GPU;
 4. max_num_batched_tokens halved twice (activation memory; recompiles on CUDA);
 5. last, and loudly: the context window, to 75 % then 50 % (never under 2048 tokens), with
-   max_model_len following it. This one shortens what the analysis can see.
+   max_model_len following it and, where the KV cache is sized in bytes, the KV budget
+   shrinking in proportion (that is the memory this rung frees). This one shortens what
+   the analysis can see.
 
 Rungs are cumulative (rung n carries every change of rungs 1..n) and each is validated as a
 profile; a step that a profile cannot take (no graphs on CPU, no speculation configured) is
@@ -27,7 +29,14 @@ from pydantic import ByteSize, ValidationError
 
 from agent.engine.profile import CudaGraphSettings, EngineProfile
 
-__all__ = ["MIN_CONTEXT_TOKENS", "Knob", "Rung", "build_ladder", "ladder_fingerprint"]
+__all__ = [
+    "MIN_CONTEXT_TOKENS",
+    "Knob",
+    "KvRates",
+    "Rung",
+    "build_ladder",
+    "ladder_fingerprint",
+]
 
 MIN_CONTEXT_TOKENS = 2048  # the config's own floor for a window (agent.config.models)
 _KV_FRACTIONS = (0.85, 0.80, 0.75)
@@ -36,6 +45,19 @@ _CONTEXT_FRACTIONS = (0.75, 0.5)
 _MIN_BATCHED_TOKENS = 256
 
 Knob = Literal["none", "speculative", "cuda_graphs", "kv_cache", "batched_tokens", "context"]
+
+
+@dataclass(frozen=True)
+class KvRates:
+    """From the memory planner: KV bytes per token and the fixed state per sequence
+    (recurrent layers of hybrid models), so that KV rungs keep one full context."""
+
+    per_token: int
+    fixed_per_seq: int = 0
+
+    def needed(self, profile: EngineProfile) -> int:
+        block = profile.block_size or (128 if profile.device.kind == "cpu" else 16)
+        return self.per_token * (profile.max_model_len + block) + self.fixed_per_seq
 
 
 @dataclass(frozen=True)
@@ -91,19 +113,19 @@ def build_ladder(
     *,
     context_tokens: int | None,
     answer_tokens: int = 0,
-    kv_bytes_per_token: int | None = None,
+    kv: KvRates | None = None,
 ) -> list[Rung]:
     """The rungs for `profile` (rung 0 first). `context_tokens` is the analysis window
-    (None without the slow tier); `kv_bytes_per_token` (from the memory planner) keeps the
-    KV steps above one full context; unknown, the KV steps are taken as they are and the
-    engine's own planner refuses a rung that cannot hold max_model_len."""
+    (None without the slow tier); `kv` (from the memory planner) keeps the KV steps above
+    one full context; unknown, the KV steps are taken as they are and a rung the engine's
+    own planner refuses is stepped past by the supervisor."""
     b = _Builder(profile, context_tokens)
     _speculative(b)
     _graphs(b)
-    _kv_cache(b, kv_bytes_per_token)
+    _kv_cache(b, kv)
     _batched_tokens(b)
     if context_tokens is not None:
-        _context(b, context_tokens, answer_tokens)
+        _context(b, context_tokens, answer_tokens, kv)
     return b.rungs
 
 
@@ -133,12 +155,11 @@ def _graphs(b: _Builder) -> None:
         b.push("cuda_graphs", name, _set(b.cur, cuda_graphs=graphs))
 
 
-def _kv_cache(b: _Builder, kv_bytes_per_token: int | None) -> None:
+def _kv_cache(b: _Builder, kv: KvRates | None) -> None:
     mem = b.cur.memory
     if mem.kv_cache_memory_bytes is not None:
         base = int(mem.kv_cache_memory_bytes)
-        block = b.cur.block_size or (128 if b.cur.device.kind == "cpu" else 16)
-        floor = (b.cur.max_model_len + block) * (kv_bytes_per_token or 0)
+        floor = kv.needed(b.cur) if kv else 0
         for fraction in _KV_FRACTIONS:
             size = int(base * fraction)
             if size < floor:
@@ -164,19 +185,43 @@ def _batched_tokens(b: _Builder) -> None:
         b.push("batched_tokens", name, _set(b.cur, max_num_batched_tokens=smaller))
 
 
-def _context(b: _Builder, context_tokens: int, answer_tokens: int) -> None:
+def _context(b: _Builder, context_tokens: int, answer_tokens: int, kv: KvRates | None) -> None:
     for fraction in _CONTEXT_FRACTIONS:
         tokens = max(int(context_tokens * fraction) // 256 * 256, MIN_CONTEXT_TOKENS)
         if b.window is None or tokens >= b.window:
             return
-        max_len = min(b.cur.max_model_len, tokens + answer_tokens)
-        name = f"context window {tokens} tokens (max_model_len {max_len})"
-        b.push("context", name, _set(b.cur, max_model_len=max_len), tokens)
+        cur = b.cur
+        max_len = min(cur.max_model_len, tokens + answer_tokens)
+        changes: dict[str, Any] = {"max_model_len": max_len}
+        name = f"context window {tokens} tokens (max_model_len {max_len}"
+        kv_bytes = cur.memory.kv_cache_memory_bytes
+        if kv_bytes is not None:
+            # Shrink the KV budget with the context: otherwise this rung frees no memory.
+            smaller = _set(cur, max_model_len=max_len)
+            floor = kv.needed(smaller) if kv and smaller else 0
+            size = max(int(kv_bytes * max_len / cur.max_model_len), floor)
+            if size < kv_bytes:
+                changes["memory"] = cur.memory.model_copy(
+                    update={"kv_cache_memory_bytes": ByteSize(size)}
+                )
+                name += f", KV cache {size / (1 << 20):.0f} MiB"
+        b.push("context", name + ")", _set(cur, **changes), tokens)
 
 
-def ladder_fingerprint(profile: EngineProfile, context_tokens: int | None) -> str:
-    """Identifies the configuration a persisted rung was taken on: a changed profile or
-    window starts again from rung 0 instead of applying a rung of another ladder."""
-    data = {"profile": profile.model_dump(mode="json"), "context": context_tokens}
+def ladder_fingerprint(
+    profile: EngineProfile,
+    context_tokens: int | None,
+    answer_tokens: int = 0,
+    kv: KvRates | None = None,
+) -> str:
+    """Identifies the ladder a persisted rung was taken on (profile, window, answer size and
+    the model's KV rates, which change with the model): a different ladder starts again
+    from rung 0 instead of applying a rung of another one."""
+    data = {
+        "profile": profile.model_dump(mode="json"),
+        "context": context_tokens,
+        "answer": answer_tokens,
+        "kv": [kv.per_token, kv.fixed_per_seq] if kv else None,
+    }
     blob = json.dumps(data, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -115,6 +115,7 @@ class MemoryWatchdog:
                 reasons=list(a.reasons),
                 mem_available=s.mem_available,
                 psi_some_avg10=s.psi_some_avg10,
+                psi_full_avg10=s.psi_full_avg10,
                 gpu_free=s.gpu_free,
                 action={
                     Level.ok: "resume analyses",
@@ -128,9 +129,11 @@ class MemoryWatchdog:
             sup.note_pressure()
         if a.changed:
             sup.set_shedding(a.level >= Level.warn)
-        # Again on every sample while critical and serving: after a restart on a lower rung
-        # that still does not fit, the next rung (the supervisor rate-limits).
-        if a.level is Level.critical and sup.state == "running" and sup.report(_critical(a)):
+        # Again on every sample that is below the critical line while serving: after a
+        # restart on a lower rung that still does not fit, the next rung (the supervisor
+        # rate-limits). A sample only held at critical by the hysteresis margin does not
+        # take another rung: the restart it caused may be what brought it back.
+        if a.entered is Level.critical and sup.state == "running" and sup.report(_critical(a)):
             self.criticals += 1
 
     def _track_leak(self, s: MemorySample) -> None:
@@ -167,6 +170,7 @@ class MemoryWatchdog:
             },
             "samples": self.samples,
             "probe_errors": self.probe_errors,
+            "gpu_probe_error": getattr(self.probe, "gpu_error", None),
             "criticals": self.criticals,
             "leak": self._leak_verdict.as_dict(),
         }

@@ -27,6 +27,7 @@ class Assessment:
     level: Level
     previous: Level
     reasons: tuple[str, ...]  # why the level is above ok (empty at ok)
+    entered: Level  # the level this sample reaches by itself, without hysteresis
 
     @property
     def changed(self) -> bool:
@@ -49,7 +50,7 @@ class HeadroomPolicy:
         level = max(entered, min(previous, held))
         self.level = Level(level)
         why = reasons if entered >= level else held_reasons
-        return Assessment(self.level, previous, tuple(why) if self.level else ())
+        return Assessment(self.level, previous, tuple(why) if self.level else (), entered)
 
     def _level(self, s: MemorySample, *, margin: float) -> tuple[Level, list[str]]:
         """The level the sample is at with thresholds widened by `margin` (0: entering;

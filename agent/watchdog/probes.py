@@ -202,6 +202,7 @@ class HostProbe:
         pid: int | None = None,
     ) -> None:
         self.gpu = gpu
+        self.gpu_error: str | None = None  # why GPU figures are missing, once NVML failed
         self.meminfo = meminfo
         self.psi = psi
         self.pid = pid
@@ -215,7 +216,13 @@ class HostProbe:
             raise ProbeError(f"process memory: {exc}") from exc
         gpu_free = gpu_total = None
         if self.gpu is not None:
-            gpu_free, gpu_total = self.gpu.read()
+            try:
+                gpu_free, gpu_total = self.gpu.read()
+            except NvmlUnavailable as exc:
+                # No NVML here (not installed, no driver): go on with the host figures
+                # rather than going blind; the status says why the GPU is not watched.
+                self.gpu_error = str(exc)
+                self.gpu = None
         return MemorySample(
             mem_total=total,
             mem_available=available,

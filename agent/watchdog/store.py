@@ -47,20 +47,23 @@ class RungRecord:
 class RungStore:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.notice: str | None = None  # why the last load did not use the file, if it did not
 
     def load(self, fingerprint: str) -> RungRecord:
-        """The persisted record for this ladder; rung 0 when none fits."""
+        """The persisted record for this ladder; rung 0 when none fits (`notice` says why)."""
+        self.notice = None
         try:
             raw = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return RungRecord(fingerprint=fingerprint)
         except OSError as exc:
+            self.notice = f"unreadable ({exc}): rung 0"
             log.error("watchdog.state_unreadable", path=str(self.path), error=str(exc))
             return RungRecord(fingerprint=fingerprint)
         try:
             data = json.loads(raw)
             record = RungRecord(
-                rung=int(data["rung"]),
+                rung=max(0, int(data["rung"])),
                 name=str(data["name"]),
                 reason=data.get("reason"),
                 at=data.get("at"),
@@ -69,12 +72,18 @@ class RungStore:
             )
         except (ValueError, KeyError, TypeError) as exc:
             aside = self.path.with_suffix(f".bad-{int(time.time())}")
-            self.path.replace(aside)
+            try:
+                self.path.replace(aside)
+            except OSError as move:  # a read-only state directory: leave it, start on 0
+                aside = self.path
+                log.error("watchdog.state_not_moved", path=str(self.path), error=str(move))
+            self.notice = f"damaged ({exc}), kept as {aside.name}: rung 0"
             log.error(
                 "watchdog.state_corrupt", path=str(self.path), kept_as=str(aside), error=str(exc)
             )
             return RungRecord(fingerprint=fingerprint)
         if record.fingerprint != fingerprint:
+            self.notice = f"rung {record.rung} was taken on another profile or model: rung 0"
             log.warning(
                 "watchdog.state_other_profile",
                 path=str(self.path),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.engine import load_engine_profile
-from agent.watchdog.ladder import MIN_CONTEXT_TOKENS, build_ladder, ladder_fingerprint
+from agent.watchdog.ladder import MIN_CONTEXT_TOKENS, KvRates, build_ladder, ladder_fingerprint
 from agent.watchdog.leak import LeakDetector
 from agent.watchdog.policy import HeadroomPolicy, Level
 from agent.watchdog.probes import MemorySample, process_rss
@@ -108,7 +108,7 @@ def test_leak_detector_sees_real_rss_growth() -> None:
 
 def test_cpu_ladder_steps_cheapest_first_and_is_cumulative() -> None:
     profile = load_engine_profile("cpu-dev")
-    rungs = build_ladder(profile, context_tokens=4096, answer_tokens=256, kv_bytes_per_token=23040)
+    rungs = build_ladder(profile, context_tokens=4096, answer_tokens=256, kv=KvRates(23040))
     knobs = [r.knob for r in rungs]
     assert (
         knobs
@@ -126,8 +126,13 @@ def test_cpu_ladder_steps_cheapest_first_and_is_cumulative() -> None:
     last = rungs[-1].profile
     # every change of the rungs above is still in the last one
     assert last.speculative.method == "off"
-    assert last.memory.kv_cache_memory_bytes == int(256 * MIB * 0.75)
     assert last.max_num_batched_tokens == 512
+    # the context rungs shrink the KV budget with the context (the memory they free), down
+    # to what one full context of the new max_model_len needs
+    kv = [r.profile.memory.kv_cache_memory_bytes or 0 for r in rungs]
+    assert kv[-3] == int(256 * MIB * 0.75)
+    assert kv[-3] > kv[-2] > kv[-1] >= KvRates(23040).needed(last)
+    assert kv[-1] < 64 * MIB
     assert rungs[-1].context_tokens == MIN_CONTEXT_TOKENS
     assert last.max_model_len == MIN_CONTEXT_TOKENS + 256
     assert rungs[-1].loud and not rungs[-3].loud
@@ -136,10 +141,13 @@ def test_cpu_ladder_steps_cheapest_first_and_is_cumulative() -> None:
 
 def test_kv_rungs_never_go_below_one_full_context() -> None:
     profile = load_engine_profile("cpu-dev")  # 256 MiB, max_model_len 8192
-    per_token = 30 * 1024  # 8192 + 128 tokens need 244 MiB: only the 85 % ... none fit
-    rungs = build_ladder(profile, context_tokens=None, kv_bytes_per_token=per_token)
+    # 8192 + 128 tokens at 30 KiB need 244 MiB: no KV rung fits
+    rungs = build_ladder(profile, context_tokens=None, kv=KvRates(30 * 1024))
     assert not [r for r in rungs if r.knob == "kv_cache"]
-    rungs = build_ladder(profile, context_tokens=None, kv_bytes_per_token=26 * 1024)
+    rungs = build_ladder(profile, context_tokens=None, kv=KvRates(26 * 1024))
+    assert [r.name for r in rungs if r.knob == "kv_cache"] == ["KV cache 218 MiB (85%)"]
+    # a hybrid model's fixed recurrent state counts too
+    rungs = build_ladder(profile, context_tokens=None, kv=KvRates(23 * 1024, 20 * MIB))
     assert [r.name for r in rungs if r.knob == "kv_cache"] == ["KV cache 218 MiB (85%)"]
 
 

@@ -28,7 +28,12 @@ from agent.watchdog.settings import WatchdogSettings
 from agent.watchdog.store import RungRecord, RungStore
 from pipelines.compat import timeout
 
-PROFILE = load_engine_profile("cpu-dev").model_copy(update={"load_format": "dummy"})
+# A model folder that does not exist: the stand-in needs none, and the ladder is built
+# without the planner's KV rates (the same on every machine, with or without a model).
+PROFILE = load_engine_profile("cpu-dev").model_copy(
+    update={"load_format": "dummy", "model": "/nonexistent/edge-agent-test-model"}
+)
+FINGERPRINT = ladder_fingerprint(PROFILE, 4096, 256)
 FAST = {
     "interval_s": 0.05,
     "backoff_initial_s": 0.01,
@@ -129,7 +134,7 @@ async def test_a_dead_engine_is_restarted_one_rung_down_and_the_rung_persists(
         assert engine.started[-1].speculative.num_speculative_tokens == 2
         assert sup.restarts_by_reason == {"engine_dead": 1}
         assert sup.last_restart is not None and sup.last_restart["recovery_s"] is not None
-    saved = RungStore(tmp_path / "watchdog.json").load(ladder_fingerprint(PROFILE, 4096))
+    saved = RungStore(tmp_path / "watchdog.json").load(FINGERPRINT)
     assert (saved.rung, saved.name) == (1, "speculative k=2")
     assert saved.reason is not None and saved.reason.startswith("engine_dead")
     assert names(sup) == ["engine.ready", "engine.restart", "watchdog.rung", "engine.ready"]
@@ -236,7 +241,7 @@ async def test_the_persisted_rung_is_where_a_new_start_begins(tmp_path: Path) ->
             rung=9,
             name="context window 3072 tokens",
             reason="memory_critical",
-            fingerprint=ladder_fingerprint(PROFILE, 4096),
+            fingerprint=FINGERPRINT,
         )
     )
     engine = StandInEngine()
@@ -251,19 +256,20 @@ async def test_the_persisted_rung_is_where_a_new_start_begins(tmp_path: Path) ->
 
 async def test_after_a_stable_period_it_climbs_one_rung_at_a_time(tmp_path: Path) -> None:
     RungStore(tmp_path / "watchdog.json").save(
-        RungRecord(rung=2, name="speculative k=1", fingerprint=ladder_fingerprint(PROFILE, 4096))
+        RungRecord(rung=2, name="speculative k=1", fingerprint=FINGERPRINT)
     )
     engine = StandInEngine()
-    sup = supervisor(tmp_path, engine, stable_s=0.2)
+    sup = supervisor(tmp_path, engine, stable_s=0.2, restart_limit=1)
     async with supervised(sup):
         await until(lambda: sup.rung.index == 0 and sup.ready.is_set(), "climbed", limit=5)
     assert [p.speculative.num_speculative_tokens for p in engine.started] == [1, 2, 3]
-    assert sup.restarts == 0  # climbing is not a failure
+    # two restarts, and with a limit of one still not degraded: climbing is not a failure
+    assert sup.restarts_by_reason == {"stable": 2} and not sup.degraded
 
 
 async def test_memory_pressure_resets_the_stable_clock(tmp_path: Path) -> None:
     RungStore(tmp_path / "watchdog.json").save(
-        RungRecord(rung=1, name="speculative k=2", fingerprint=ladder_fingerprint(PROFILE, 4096))
+        RungRecord(rung=1, name="speculative k=2", fingerprint=FINGERPRINT)
     )
     engine = StandInEngine()
     sup = supervisor(tmp_path, engine, stable_s=0.3)
@@ -288,3 +294,115 @@ async def test_shedding_closes_admission_but_not_requests_in_flight(tmp_path: Pa
         assert result.text == "{}"
         sup.set_shedding(False)
         assert sup.admit.is_set()
+
+
+async def test_a_lowered_rung_the_planner_refuses_is_stepped_past(tmp_path: Path) -> None:
+    RungStore(tmp_path / "watchdog.json").save(
+        RungRecord(rung=4, name="KV cache 218 MiB (85%)", fingerprint=FINGERPRINT)
+    )
+    engine = StandInEngine([EngineWontFit("does not fit: 0.2 GB of KV needed", "plan")])
+    sup = supervisor(tmp_path, engine)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+    assert sup.rung.index == 5 and "watchdog.rung_unfit" in names(sup)
+
+
+async def test_operator_restarts_do_not_count_toward_the_rate_limit(tmp_path: Path) -> None:
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine, restart_limit=1)
+    async with supervised(sup):
+        for n in (2, 3, 4):
+            assert await sup.wait_serving()
+            assert sup.request_restart()
+            await until(lambda n=n: len(engine.started) == n and sup.ready.is_set(), "restart")
+        assert not sup.degraded and sup.rung.index == 0  # same rung, no limit
+    assert sup.restarts_by_reason == {"operator": 3}
+
+
+async def test_an_unwritable_state_file_is_reported_not_fatal(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the state directory should be")
+    engine = StandInEngine()
+    sup = EngineSupervisor(
+        PROFILE,
+        WatchdogSettings(**FAST),
+        store=RungStore(blocker / "watchdog.json"),
+        engine=engine,  # type: ignore[arg-type]
+    )
+    async with supervised(sup):
+        assert await sup.wait_serving()
+        sup.report(Trouble("engine_dead", "test", 1))
+        await until(lambda: len(engine.started) == 2 and sup.ready.is_set(), "restart")
+    assert sup.rung.index == 1  # held in memory
+    assert "watchdog.state_unwritable" in names(sup)
+
+
+async def test_a_bug_in_supervision_degrades_and_starts_over_instead_of_crashing(
+    tmp_path: Path,
+) -> None:
+    calls: list[int] = []
+
+    def flaky(tokens: int) -> None:
+        calls.append(tokens)
+        if len(calls) == 1:
+            raise RuntimeError("bug in a window callback")
+
+    RungStore(tmp_path / "watchdog.json").save(
+        RungRecord(rung=9, name="context", fingerprint=FINGERPRINT)
+    )
+    engine = StandInEngine()
+    sup = EngineSupervisor(
+        PROFILE,
+        WatchdogSettings(**FAST),
+        store=RungStore(tmp_path / "watchdog.json"),
+        context_tokens=4096,
+        answer_tokens=256,
+        on_window=flaky,
+        engine=engine,  # type: ignore[arg-type]
+    )
+    async with supervised(sup):
+        await until(lambda: sup.degraded, "degraded by the error")
+        assert "supervisor error: RuntimeError" in (sup.detail or "")
+        await until(sup.ready.is_set, "serving after degraded_retry_s")
+
+
+class RecordingSupervisor:
+    state = "running"
+
+    def __init__(self) -> None:
+        self.reports: list[Trouble] = []
+        self.shedding: list[bool] = []
+
+    def report(self, trouble: Trouble) -> bool:
+        self.reports.append(trouble)
+        return True
+
+    def set_shedding(self, on: bool) -> None:
+        self.shedding.append(on)
+
+    def note_pressure(self) -> None:
+        pass
+
+
+async def test_only_samples_below_the_critical_line_take_another_rung() -> None:
+    """After a critical restart, a reading held at critical only by the hysteresis margin
+    (between 512 and 614 MiB here) does not cost another rung; a new fall below does."""
+    from agent.watchdog.monitor import MemoryWatchdog
+    from agent.watchdog.probes import MemorySample, ReplayProbe
+
+    mib = 1 << 20
+    seq = [2000, 400, 600, 560, 300, 2000]
+    probe = ReplayProbe([MemorySample(mem_total=8 << 30, mem_available=m * mib) for m in seq])
+    sup = RecordingSupervisor()
+    dog = MemoryWatchdog(WatchdogSettings(**FAST), probe, events=EventLog(), supervisor=sup)  # type: ignore[arg-type]
+    levels = [(await dog.check()) for _ in seq]
+    assert [a.level.name for a in levels if a] == [
+        "ok",
+        "critical",
+        "critical",
+        "critical",
+        "critical",
+        "ok",
+    ]
+    assert len(sup.reports) == 2 and all(t.reason == "memory_critical" for t in sup.reports)
+    assert sup.shedding == [True, False]
