@@ -92,11 +92,12 @@ class Daemon:
             # Imports transformers (the tokenizer) only when used.
             from agent.analysis_link import EngineCodec, EngineLlm
 
-            assert cfg.watchdog.state_path is not None  # the loader resolves it
+            # the loader resolves state_path; a config built in code gets the same default
+            state = cfg.watchdog.state_path or cfg.outbox.path.parent / "watchdog.json"
             self.llm = EngineSupervisor(
                 cfg.engine,
                 cfg.watchdog,
-                store=RungStore(cfg.watchdog.state_path),
+                store=RungStore(state),
                 events=self.events,
                 context_tokens=cfg.llm.context_budget(cfg.engine),
                 answer_tokens=cfg.llm.max_output_tokens,

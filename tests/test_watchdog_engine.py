@@ -29,20 +29,13 @@ from agent.watchdog.probes import HostProbe, MemoryProbe, MemorySample, ReplayPr
 from agent.watchdog.settings import WatchdogSettings
 from pipelines.compat import timeout
 from tests.helpers import MqttWatcher, publish_all
+from tests.test_analysis_engine import CHATTER
 
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.vllm]
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
-ORDINARY = [
-    "Shift started, conveyor at normal speed.",
-    "Operator checking the press, all parts within tolerance.",
-    "Forklift coming through aisle four, watch your step.",
-    "Quality check on batch twelve passed, moving on.",
-    "Label printer on station five replaced the ribbon.",
-    "Count is four hundred twelve parts so far this shift.",
-]
 
 
 class SwitchableProbe:
@@ -134,10 +127,11 @@ async def test_sigkilled_engine_core_mid_analysis_is_restarted_and_no_keyword_al
     daemon = Daemon(configure(broker, prefix, tmp_path / "state", default_model))
     async with running(daemon) as sup:
         assert daemon.analysis is not None
-        await publish_all(broker.port, items(prefix, list(enumerate(ORDINARY))))
+        await publish_all(broker.port, items(prefix, list(enumerate(CHATTER))))
         await until(lambda: sup.oldest_request_s() is not None, "an analysis in flight", 60)
         done_before = daemon.analysis.analyses
         kill_engine_core(sup)
+        await until(lambda: sup.restarts == 1, "the supervisor noticing the death", 30)
         # Keyword faults spoken while the engine is down: every one must alert.
         gap = [(10 + i, f"temperature over limit on oven {i}") for i in range(3)]
         await publish_all(broker.port, items(prefix, gap))
@@ -254,7 +248,7 @@ async def test_real_memory_pressure_pauses_analyses_and_keywords_go_on(
     daemon = Daemon(configure(broker, prefix, tmp_path / "state", default_model))
     async with running(daemon) as sup:
         assert daemon.watchdog is not None and daemon.analysis is not None
-        await publish_all(broker.port, items(prefix, [(0, ORDINARY[0])]))
+        await publish_all(broker.port, items(prefix, [(0, CHATTER[0])]))
         await until(lambda: daemon.analysis.analyses >= 1, "a first analysis", 60)
         # The warn line just under what this machine has free now; critical far below.
         available = read_meminfo()[1]
@@ -280,7 +274,7 @@ async def test_real_memory_pressure_pauses_analyses_and_keywords_go_on(
             done = daemon.analysis.analyses
             await publish_all(
                 broker.port,
-                items(prefix, [(1, ORDINARY[1]), (2, "temperature over limit on the oven")]),
+                items(prefix, [(1, CHATTER[1]), (2, "temperature over limit on the oven")]),
             )
             await watcher.wait_for(lambda w: 2 in evidence_seqs(w), timeout=30, what="alert")
             await asyncio.sleep(3)

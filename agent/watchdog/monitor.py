@@ -81,7 +81,10 @@ class MemoryWatchdog:
 
     async def run(self) -> None:
         while True:
-            await self.check()
+            try:
+                await self.check()
+            except Exception:  # a bug here must not stop the service (keyword alerts)
+                log.exception("watchdog.check_failed")
             await asyncio.sleep(self.settings.interval_s)
 
     async def check(self) -> Assessment | None:

@@ -168,6 +168,26 @@ async def measure_kill(
     )
 
 
+async def kill_series(
+    args: argparse.Namespace,
+    sup: EngineSupervisor,
+    analyzer: Analyzer,
+    send: Callable[[str, int, bytes], Any],
+    alerted: Callable[[], set[int]],
+) -> list[Kill]:
+    """`args.kills` kills, one after the other, while the feeder talks and alarms."""
+    feeder = Feeder(send, args.fault_every)
+    feeding = asyncio.create_task(feeder.run())
+    kills: list[Kill] = []
+    try:
+        for i in range(1, args.kills + 1):
+            kills.append(await measure_kill(i, sup, lambda: analyzer.analyses, feeder, alerted))
+            print(f"kill {i}: {asdict(kills[-1])}", flush=True)
+    finally:
+        feeding.cancel()
+    return kills
+
+
 # -- daemon mode: the whole service, a real broker -----------------------------------------
 
 
@@ -213,7 +233,6 @@ async def run_daemon_mode(
         t0 = time.perf_counter()
         service = asyncio.create_task(daemon.run(stop))
         watcher = asyncio.create_task(watch())
-        kills: list[Kill] = []
         async with aiomqtt.Client("127.0.0.1", broker.port) as pub:
 
             async def send(stream: str, _seq: int, payload: bytes) -> None:
@@ -222,16 +241,9 @@ async def run_daemon_mode(
             if not await sup.wait_serving():
                 raise SystemExit(f"engine {sup.state}: {sup.detail}")
             first_start = time.perf_counter() - t0
-            feeder = Feeder(send, args.fault_every)
-            feeding = asyncio.create_task(feeder.run())
             try:
-                for i in range(1, args.kills + 1):
-                    kills.append(
-                        await measure_kill(i, sup, lambda: analyzer.analyses, feeder, lambda: seen)
-                    )
-                    print(f"kill {i}: {asdict(kills[-1])}", flush=True)
+                kills = await kill_series(args, sup, analyzer, send, lambda: seen)
             finally:
-                feeding.cancel()
                 stop.set()
                 await asyncio.wait_for(service, 120)
                 watcher.cancel()
@@ -329,22 +341,14 @@ async def run_engine_mode(
             alerted.add(seq)
 
     t0 = time.perf_counter()
-    kills: list[Kill] = []
     async with supervised(sup):
         if not await sup.wait_serving():
             raise SystemExit(f"engine {sup.state}: {sup.detail}")
         first_start = time.perf_counter() - t0
         workers = asyncio.create_task(analyzer.run())
-        feeder = Feeder(send, args.fault_every)
-        feeding = asyncio.create_task(feeder.run())
         try:
-            for i in range(1, args.kills + 1):
-                kills.append(
-                    await measure_kill(i, sup, lambda: analyzer.analyses, feeder, lambda: alerted)
-                )
-                print(f"kill {i}: {asdict(kills[-1])}", flush=True)
+            kills = await kill_series(args, sup, analyzer, send, lambda: alerted)
         finally:
-            feeding.cancel()
             workers.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await workers
