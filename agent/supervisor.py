@@ -29,10 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import random
+import re
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import structlog
@@ -65,6 +68,10 @@ log = structlog.get_logger(__name__)
 
 SupervisorState = Literal["stopped", "starting", "running", "restarting", "refused", "degraded"]
 _OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory")
+# vLLM's multiprocess start reports a core killed by a signal as its negative exit code:
+# "Engine core initialization failed ... Failed core proc(s): {'EngineCore_DP0': -9}".
+# SIGKILL during a start is what the kernel's OOM killer does.
+_KILLED = re.compile(r"failed core proc.*:\s*-9\b|killed by signal 9|sigkill")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -73,7 +80,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     while seen is not None:
         text = f"{type(seen).__name__}: {seen}".lower()
-        if any(marker in text for marker in _OOM_MARKERS):
+        if any(marker in text for marker in _OOM_MARKERS) or _KILLED.search(text):
             return True
         seen = seen.__cause__
     return False
@@ -132,6 +139,11 @@ class EngineSupervisor:
         self._retry_now = asyncio.Event()
         self._inflight: dict[int, float] = {}
         self._prepared = False
+        self._model_dir: Path | None = None  # for the planner's verdict on each rung
+        self._last_good = 0  # the last rung the engine started on
+        self._last_pressure = float("-inf")  # monotonic time memory was last tight
+        self._quiet_saved = 0.0  # monotonic time the quiet clock was last persisted
+        self._saving: set[asyncio.Task[None]] = set()
         self._ids = itertools.count()
 
     # -- what the rest of the service sees ---------------------------------------------------
@@ -208,8 +220,16 @@ class EngineSupervisor:
             self.admit.set()
 
     def note_pressure(self) -> None:
-        """Memory was tight: the stable period before climbing a rung starts again."""
-        self._stable_since = self._clock()
+        """Memory was tight: the stable period before climbing a rung starts again (also
+        across a reboot: persisted, at most every ten minutes)."""
+        now = self._clock()
+        self._stable_since = self._last_pressure = now
+        if self.record.rung > 0 and self.store is not None and now - self._quiet_saved > 600:
+            self._quiet_saved = now
+            self.record.quiet_since = time.time()
+            task = asyncio.create_task(self._save())
+            self._saving.add(task)
+            task.add_done_callback(self._saving.discard)
 
     def oldest_request_s(self) -> float | None:
         if not self._inflight:
@@ -229,7 +249,7 @@ class EngineSupervisor:
                 log.exception("supervisor.failed")
                 with contextlib.suppress(Exception):
                     await self.engine.shutdown()
-                self._trouble_pending = False
+                self._clear_troubles()
                 await self._degrade(f"supervisor error: {type(exc).__name__}: {exc}")
 
     async def _supervise(self) -> None:
@@ -283,6 +303,11 @@ class EngineSupervisor:
         record.rung = max(0, min(record.rung, len(self.ladder) - 1))
         self.record = record
         rung = self.rung
+        quiet = time.time() - (record.quiet_since or record.at or time.time())
+        if rung.index and quiet > 0:
+            # The stable period counts across reboots: a device power-cycled every night
+            # must still climb back one day.
+            self._stable_since = self._clock() - quiet
         if rung.index:
             self.events.record(
                 "watchdog.resume_rung",
@@ -306,10 +331,46 @@ class EngineSupervisor:
             if model_dir == default_model_dir() and self.profile.load_format != "dummy":
                 model_dir = ensure_default_model()
             plan = plan_memory(model_dir, self.profile)
+            self._model_dir = model_dir
             return KvRates(plan.kv_bytes_per_token, plan.fixed_bytes_per_seq)
         except Exception as exc:  # the start will report the real problem
             log.warning("watchdog.ladder_without_plan", error=f"{type(exc).__name__}: {exc}")
             return None
+
+    def _fits(self, rung: Rung) -> bool:
+        """The memory planner's verdict on a rung (True when the model cannot be planned:
+        the engine's own planner judges it at start)."""
+        from agent.engine.planner import plan_memory
+
+        if self._model_dir is None:
+            return True
+        try:
+            return plan_memory(self._model_dir, rung.profile).fits
+        except Exception:  # planning problems surface at the start itself
+            return True
+
+    async def _fitting_below(self, index: int) -> int | None:
+        """The first rung from `index` down that the planner accepts."""
+        for rung in self.ladder[index:]:
+            if await asyncio.to_thread(self._fits, rung):
+                return rung.index
+            self.events.record("watchdog.rung_unfit", "warning", rung=rung.index, name=rung.name)
+        return None
+
+    def _clear_troubles(self) -> None:
+        self._trouble_pending = False
+        while not self._troubles.empty():
+            self._troubles.get_nowait()
+
+    async def _save(self) -> None:
+        if self.store is None:
+            return
+        try:
+            await asyncio.to_thread(self.store.save, self.record)
+        except OSError as exc:  # a full or read-only state directory: keep going
+            self.events.record(
+                "watchdog.state_unwritable", "error", path=str(self.store.path), error=str(exc)
+            )
 
     async def _start(self) -> bool:
         """Start on the current rung; True once serving, False when refused for good."""
@@ -332,15 +393,18 @@ class EngineSupervisor:
                 return True
             except EngineWontFit as exc:
                 rung = self.rung
-                if 0 < rung.index < len(self.ladder) - 1:
-                    # A rung the watchdog reached for memory trouble, refused on paper (a KV
-                    # step below what the model needs): the next rung, not keyword-only.
+                if rung.index > 0:
+                    # A rung the watchdog reached for memory trouble, refused on paper (the
+                    # ladder is pre-checked, so only where the model could not be planned):
+                    # the next rung that fits, else back to the last one that started.
                     self.events.record(
                         "watchdog.rung_unfit", "error", rung=rung.index, verdict=exc.verdict
                     )
-                    await self._set_rung(
-                        rung.index + 1, f"rung {rung.index} refused: {exc.verdict}"
-                    )
+                    below = rung.index + 1 < len(self.ladder)
+                    target = rung.index + 1 if below else self._last_good
+                    await self._set_rung(target, f"rung {rung.index} refused: {exc.verdict}")
+                    if not below:
+                        await self._degrade(f"rung {rung.index} refused: {exc.verdict}")
                     continue
                 self.state, self.detail = "refused", exc.verdict
                 self.events.record("engine.refused", "error", verdict=exc.verdict)
@@ -358,6 +422,7 @@ class EngineSupervisor:
     async def _start_once(self) -> None:
         rung = self.rung
         self.state, self.detail = "starting", None
+        attempt_at = self._clock()
         try:
             if self.engine.profile is None:
                 info = await self.engine.start(rung.profile)
@@ -368,15 +433,19 @@ class EngineSupervisor:
         except Exception as exc:
             detail = f"{type(exc).__name__}: {exc}"[:500]
             self.detail = detail
-            oom = is_out_of_memory(exc)
+            # Out of memory by its text, by the core's SIGKILL exit, or because memory was
+            # tight (warn or critical) while it started: the next rung before the retry.
+            oom = is_out_of_memory(exc) or self._last_pressure >= attempt_at
             self.events.record(
                 "engine.start_failed", "error", rung=rung.index, out_of_memory=oom, error=detail
             )
             if oom and rung.index + 1 < len(self.ladder):
-                await self._set_rung(rung.index + 1, f"out of memory at start: {detail[:200]}")
+                target = await self._fitting_below(rung.index + 1)
+                if target is not None:
+                    await self._set_rung(target, f"out of memory at start: {detail[:200]}")
             raise _StartFailed(detail) from exc
         self.state, self.detail = "running", info.plan_verdict
-        self._stable_since = self._clock()
+        self._last_good = rung.index
         recovery_s = None
         if self._trouble_at is not None:
             recovery_s = round(self._clock() - self._trouble_at, 2)
@@ -400,27 +469,34 @@ class EngineSupervisor:
         )
 
     async def _wait_trouble(self) -> Trouble:
+        """The next reported trouble; on a lowered rung, a climb once stable_s is quiet."""
         while True:
+            # A report that landed while a wait timed out is still queued: take it first.
+            if not self._troubles.empty():
+                return self._troubles.get_nowait()
             timeout = None
             if self.record.rung > 0:
-                timeout = max(0.0, self._stable_since + self.settings.stable_s - self._clock())
-            try:
-                return await asyncio.wait_for(self._troubles.get(), timeout)
-            except asyncio.TimeoutError:
-                if self._clock() - self._stable_since >= self.settings.stable_s:
-                    if self.state != "running" or self._trouble_pending:
-                        continue
+                timeout = self._stable_since + self.settings.stable_s - self._clock()
+                if timeout <= 0:
                     self._trouble_pending = True
                     self.ready.clear()
                     self.admit.clear()
                     stable = f"{self.settings.stable_s:.0f} s without trouble"
                     return Trouble("stable", stable, -1)
+            with contextlib.suppress(asyncio.TimeoutError):
+                return await asyncio.wait_for(self._troubles.get(), timeout)
 
     async def _recover(self, trouble: Trouble) -> None:
         now = self._clock()
         self._trouble_at = now
+        self._stable_since = now  # any restart, a climb too: the stable period starts over
         frm = self.rung
         target = max(0, min(frm.index + trouble.step, len(self.ladder) - 1))
+        if trouble.step > 0 and target != frm.index:
+            # Only rungs the memory planner accepts: a persisted rung that can never start
+            # would outlive the trouble (reboots included).
+            fitting = await self._fitting_below(target)
+            target = frm.index if fitting is None else fitting
         # A climb is not a failure, and an operator's restart is intended: neither counts
         # toward the rate limit (both are still counted restarts).
         self.restarts += 1
@@ -455,15 +531,29 @@ class EngineSupervisor:
                 detail="already on the last rung: restarting on it",
             )
         self.state = "restarting"
-        await self.engine.shutdown()
         if target != frm.index:
+            # Persisted before the shutdown (up to 30 s): a service killed meanwhile still
+            # boots on the safer rung.
             await self._set_rung(target, f"{trouble.reason}: {trouble.detail}"[:300])
-        self._trouble_pending = False
-        if len(self._restart_times) > self.settings.restart_limit:
+        await self.engine.shutdown()
+        self._clear_troubles()
+        failures = len(self._restart_times)
+        cfg = self.settings
+        if failures > cfg.restart_limit:
             await self._degrade(
-                f"{len(self._restart_times)} restarts within "
-                f"{self.settings.restart_window_s:.0f} s (limit {self.settings.restart_limit})"
+                f"{failures} restarts within {cfg.restart_window_s:.0f} s "
+                f"(limit {cfg.restart_limit})"
             )
+        elif trouble.step >= 0 and trouble.reason != "operator" and failures >= 2:
+            # The first restart is at once (the cause is known); repeated ones within the
+            # window back off, full jitter, like failed starts.
+            wait = random.uniform(  # noqa: S311 (jitter, not a secret)
+                0, min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** (failures - 2))
+            )
+            self.events.record(
+                "engine.restart_backoff", "warning", failures=failures, wait_s=round(wait, 2)
+            )
+            await asyncio.sleep(wait)
 
     async def _set_rung(self, index: int, reason: str) -> None:
         frm, to = self.rung, self.ladder[index]
@@ -471,14 +561,9 @@ class EngineSupervisor:
         record.history.append(
             {"at": round(time.time(), 3), "from": frm.index, "to": to.index, "reason": reason}
         )
-        record.rung, record.name, record.reason, record.at = to.index, to.name, reason, time.time()
-        if self.store is not None:
-            try:
-                await asyncio.to_thread(self.store.save, record)
-            except OSError as exc:  # a full or read-only state directory: keep going
-                self.events.record(
-                    "watchdog.state_unwritable", "error", path=str(self.store.path), error=str(exc)
-                )
+        record.rung, record.name, record.reason = to.index, to.name, reason
+        record.at = record.quiet_since = time.time()
+        await self._save()
         self.events.record(
             "watchdog.rung",
             "error" if to.loud or to.index > frm.index else "info",

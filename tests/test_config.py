@@ -161,6 +161,24 @@ def test_relative_outbox_path_is_resolved_beside_the_file(cfg_dir: Path) -> None
     assert cfg.outbox.path == cfg_dir / "data" / "outbox.sqlite"
 
 
+def test_watchdog_state_sits_beside_the_outbox_unless_set(cfg_dir: Path) -> None:
+    """The rung file lives in the state directory (the outbox's); a relative state_path is
+    taken beside the config file."""
+    cfg = load_config(write(cfg_dir, VALID)).config
+    assert cfg.watchdog.state_path == cfg_dir / "data" / "watchdog.json"
+    cfg = load_config(write(cfg_dir, VALID), overrides=["watchdog.state_path=st/w.json"]).config
+    assert cfg.watchdog.state_path == cfg_dir / "st" / "w.json"
+
+
+def test_a_hang_deadline_the_analysis_would_beat_is_refused() -> None:
+    issues = issues_of(
+        REPO / "configs" / "agent.yaml",
+        ("llm.enabled=true", "watchdog.hang_s=119.5", "llm.analysis_timeout_s=120"),
+    )
+    assert [i.path for i in issues] == ["watchdog.hang_s"]
+    assert "before the analysis gives up" in issues[0].reason
+
+
 def test_empty_file_loads_with_defaults(cfg_dir: Path) -> None:
     """An empty config file is valid: schema defaults under the profile."""
     cfg = load_config(write(cfg_dir, "")).config

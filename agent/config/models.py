@@ -395,11 +395,12 @@ class AgentConfig(_Model):
                     f"exceed the engine's max_model_len {self.engine.max_model_len}",
                     ("llm", "context_tokens"),
                 )
-            if self.watchdog.hang_s >= self.llm.analysis_timeout_s:
+            wd = self.watchdog
+            if wd.hang_s + wd.interval_s >= self.llm.analysis_timeout_s:
                 raise LocatedError(
-                    f"watchdog.hang_s {self.watchdog.hang_s:g} must be below "
-                    f"llm.analysis_timeout_s {self.llm.analysis_timeout_s:g}: the watchdog must "
-                    "see a hung request before the analysis gives up on it",
+                    f"watchdog.hang_s {wd.hang_s:g} + interval_s {wd.interval_s:g} must be "
+                    f"below llm.analysis_timeout_s {self.llm.analysis_timeout_s:g}: the "
+                    "watchdog must see a hung request before the analysis gives up on it",
                     ("watchdog", "hang_s"),
                 )
             if budget < 2048:

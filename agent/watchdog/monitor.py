@@ -174,6 +174,7 @@ class MemoryWatchdog:
             "samples": self.samples,
             "probe_errors": self.probe_errors,
             "gpu_probe_error": getattr(self.probe, "gpu_error", None),
+            "psi_probe_error": getattr(self.probe, "psi_error", None),
             "criticals": self.criticals,
             "leak": self._leak_verdict.as_dict(),
         }

@@ -203,13 +203,19 @@ class HostProbe:
     ) -> None:
         self.gpu = gpu
         self.gpu_error: str | None = None  # why GPU figures are missing, once NVML failed
+        self.psi_error: str | None = None  # why pressure figures are missing
         self.meminfo = meminfo
         self.psi = psi
         self.pid = pid
 
     def read(self) -> MemorySample:
         total, available = read_meminfo(self.meminfo)
-        pressure = read_psi(self.psi)
+        # A sub-probe that fails costs its own figures, never MemAvailable's.
+        try:
+            pressure = read_psi(self.psi)
+            self.psi_error = None
+        except ProbeError as exc:
+            pressure, self.psi_error = None, str(exc)
         try:
             own, children = process_rss(self.pid)
         except psutil.Error as exc:
@@ -218,11 +224,14 @@ class HostProbe:
         if self.gpu is not None:
             try:
                 gpu_free, gpu_total = self.gpu.read()
+                self.gpu_error = None
             except NvmlUnavailable as exc:
                 # No NVML here (not installed, no driver): go on with the host figures
                 # rather than going blind; the status says why the GPU is not watched.
                 self.gpu_error = str(exc)
                 self.gpu = None
+            except ProbeError as exc:  # a lost GPU, a failed read: try again next time
+                self.gpu_error = str(exc)
         return MemorySample(
             mem_total=total,
             mem_available=available,

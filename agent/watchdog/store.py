@@ -30,6 +30,7 @@ class RungRecord:
     name: str = "as configured"
     reason: str | None = None
     at: float | None = None  # epoch seconds of the last change
+    quiet_since: float | None = None  # epoch seconds memory was last tight (or `at`)
     fingerprint: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -39,6 +40,7 @@ class RungRecord:
             "name": self.name,
             "reason": self.reason,
             "at": self.at,
+            "quiet_since": self.quiet_since,
             "fingerprint": self.fingerprint,
             "history": self.history[-_HISTORY:],
         }
@@ -67,6 +69,7 @@ class RungStore:
                 name=str(data["name"]),
                 reason=data.get("reason"),
                 at=data.get("at"),
+                quiet_since=data.get("quiet_since"),
                 fingerprint=data.get("fingerprint"),
                 history=list(data.get("history", [])),
             )

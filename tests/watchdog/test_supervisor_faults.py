@@ -7,6 +7,8 @@ and each test takes well under a second."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 
 from agent.engine import (
     EngineDead,
+    EngineError,
     EngineNotRunning,
     EngineProfile,
     EngineStartError,
@@ -272,10 +275,10 @@ async def test_memory_pressure_resets_the_stable_clock(tmp_path: Path) -> None:
         RungRecord(rung=1, name="speculative k=2", fingerprint=FINGERPRINT)
     )
     engine = StandInEngine()
-    sup = supervisor(tmp_path, engine, stable_s=0.3)
+    sup = supervisor(tmp_path, engine, stable_s=0.5)
     async with supervised(sup):
         assert await sup.wait_serving()
-        for _ in range(8):  # 0.4 s of tight memory, noted every 50 ms
+        for _ in range(16):  # 0.8 s of tight memory, noted every 50 ms
             sup.note_pressure()
             await asyncio.sleep(0.05)
         assert sup.rung.index == 1
@@ -406,3 +409,123 @@ async def test_only_samples_below_the_critical_line_take_another_rung() -> None:
     ]
     assert len(sup.reports) == 2 and all(t.reason == "memory_critical" for t in sup.reports)
     assert sup.shedding == [True, False]
+
+
+async def test_an_out_of_memory_request_restarts_a_rung_down(tmp_path: Path) -> None:
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+
+        async def oom(*_: Any, **__: Any) -> GenerationResult:
+            raise EngineError("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB")
+
+        engine.complete = oom  # type: ignore[method-assign]
+        with pytest.raises(EngineNotRunning, match="out of memory"):
+            await sup.complete([1])
+        await until(lambda: len(engine.started) == 2 and sup.ready.is_set(), "restart")
+    assert sup.restarts_by_reason == {"oom_error": 1} and sup.rung.index == 1
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        "Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {'EngineCore_DP0': -9}",
+        "pressure",  # no telling text, but memory was tight while it started
+    ],
+)
+async def test_a_start_killed_for_memory_takes_a_rung_down(tmp_path: Path, failure: str) -> None:
+    engine = StandInEngine([EngineStartError("vLLM failed to start: " + failure)])
+    sup = supervisor(tmp_path, engine)
+    if failure == "pressure":
+        original = engine.start
+
+        async def tight(profile: EngineProfile, **kw: Any) -> EngineInfo:
+            sup.note_pressure()  # the watchdog saw warn while the engine loaded
+            return await original(profile, **kw)
+
+        engine.start = tight  # type: ignore[method-assign]
+    async with supervised(sup):
+        assert await sup.wait_serving()
+    assert sup.rung.index == 1
+    assert engine.started[0].speculative.num_speculative_tokens == 2
+
+
+async def test_a_report_landing_as_the_stable_period_ends_is_not_lost(tmp_path: Path) -> None:
+    """The climb timer and a trouble report in the same loop iteration: the trouble wins,
+    and the wait does not spin."""
+    sup = supervisor(tmp_path, StandInEngine())
+    sup.record = RungRecord(rung=1, fingerprint=FINGERPRINT)
+    sup.ladder = [
+        *__import__("agent.watchdog.ladder", fromlist=["build_ladder"]).build_ladder(
+            PROFILE, context_tokens=4096, answer_tokens=256
+        )
+    ]
+    sup.state = "running"
+    sup._stable_since = -1e9  # the stable period is long over
+    assert sup.report(Trouble("engine_dead", "x", 1))
+    async with timeout(1):
+        trouble = await sup._wait_trouble()
+    assert trouble.reason == "engine_dead"
+
+
+async def test_the_new_rung_is_on_disk_before_the_engine_is_shut_down(tmp_path: Path) -> None:
+    engine = StandInEngine()
+    on_disk: list[int] = []
+    original = engine.shutdown
+
+    async def shutdown() -> None:
+        path = tmp_path / "watchdog.json"
+        on_disk.append(json.loads(path.read_text())["rung"] if path.exists() else 0)
+        await original()
+
+    engine.shutdown = shutdown  # type: ignore[method-assign]
+    sup = supervisor(tmp_path, engine)
+    async with supervised(sup):
+        assert await sup.wait_serving()
+        sup.report(Trouble("engine_dead", "x", 1))
+        await until(lambda: len(engine.started) == 2 and sup.ready.is_set(), "restart")
+    assert on_disk[0] == 1  # a kill during that shutdown still reboots on rung 1
+
+
+async def test_rungs_the_planner_refuses_are_skipped_and_a_refused_last_rung_goes_back(
+    tmp_path: Path,
+) -> None:
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine)
+    sup._model_dir = tmp_path  # planning "possible": the verdicts come from below
+    sup._fits = lambda rung: rung.index not in (1, 2)  # type: ignore[method-assign]
+    async with supervised(sup):
+        assert await sup.wait_serving()
+        sup.report(Trouble("memory_critical", "x", 1))
+        await until(lambda: len(engine.started) == 2 and sup.ready.is_set(), "restart")
+    assert sup.rung.index == 3  # k=2 and k=1 refused on paper: straight to "speculative off"
+    # The engine's own planner refuses the last rung: back to the last one that started.
+    last = len(sup.ladder) - 1
+    store = RungStore(tmp_path / "watchdog.json")
+    store.save(RungRecord(rung=last, name="last", fingerprint=FINGERPRINT))
+    engine2 = StandInEngine([EngineWontFit("does not fit", "plan")])
+    sup2 = supervisor(tmp_path, engine2, degraded_retry_s=0.2)
+    async with supervised(sup2):
+        await until(lambda: sup2.degraded, "degraded after the refusal")
+        await until(sup2.ready.is_set, "serving again on the last good rung")
+        assert sup2.rung.index == 0 and sup2.state == "running"
+
+
+async def test_the_stable_period_counts_across_a_restart_of_the_service(tmp_path: Path) -> None:
+    RungStore(tmp_path / "watchdog.json").save(
+        RungRecord(
+            rung=2,
+            name="speculative k=1",
+            fingerprint=FINGERPRINT,
+            at=time.time() - 3600,
+            quiet_since=time.time() - 3600,  # an hour without trouble, before the reboot
+        )
+    )
+    engine = StandInEngine()
+    sup = supervisor(tmp_path, engine, stable_s=1800)
+    async with supervised(sup):
+        await until(lambda: sup.rung.index == 1 and sup.ready.is_set(), "climbed at once")
+        await asyncio.sleep(0.3)
+        assert sup.rung.index == 1  # one rung per stable period, counted from the climb
