@@ -81,6 +81,7 @@ class Kill:
     rung_after: int
     rung_name: str
     noticed_s: float  # signal -> the supervisor began the restart
+    backoff_s: float  # of the gap: the restart backoff (repeated failures within the window)
     serving_s: float  # signal -> the engine serves again
     engine_start_s: float | None  # the restart's own engine start (vLLM's construction)
     first_analysis_s: float  # signal -> first successful analysis afterwards
@@ -145,6 +146,7 @@ async def measure_kill(
         raise SystemExit("no engine-core pid (vLLM internals changed?)")
     restarts = sup.restarts
     first_fault = feeder.fault_seq
+    events_before = sup.events.count
     t0 = time.perf_counter()
     os.kill(pids[0], signal.SIGKILL)
     noticed = await until(lambda: sup.restarts > restarts, "the supervisor noticing", 60)
@@ -155,11 +157,14 @@ async def measure_kill(
     await asyncio.sleep(2.0)  # the last gap alerts reach the subscriber / outbox
     gap = set(range(first_fault, last_fault))
     info = sup.engine.info
+    recent = sup.events.recent()[-(sup.events.count - events_before) :]
+    backoff = sum(e["wait_s"] for e in recent if e["event"] == "engine.restart_backoff")
     return Kill(
         kill=index,
         rung_after=sup.rung.index,
         rung_name=sup.rung.name,
         noticed_s=round(noticed - t0, 3),
+        backoff_s=round(backoff, 2),
         serving_s=round(serving - t0, 3),
         engine_start_s=round(info.start_seconds, 2) if info else None,
         first_analysis_s=round(first - t0, 3),
@@ -373,13 +378,14 @@ def render(meta: dict[str, Any], kills: Sequence[Kill]) -> str:
         "",
         f"{meta['mode']}; first start {meta['first_start_s']} s; {meta['date']}.",
         "",
-        "| kill | rung after | noticed (s) | serving again (s) | engine start (s) "
+        "| kill | rung after | noticed (s) | backoff (s) | serving again (s) | engine start (s) "
         "| first analysis (s) | of which the analysis (s) | fault segments in gap | alerted |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for k in kills:
         lines.append(
-            f"| {k.kill} | {k.rung_after}: {k.rung_name} | {k.noticed_s:.2f} | {k.serving_s:.2f} "
+            f"| {k.kill} | {k.rung_after}: {k.rung_name} | {k.noticed_s:.2f} | {k.backoff_s:.2f} "
+            f"| {k.serving_s:.2f} "
             f"| {k.engine_start_s} | {k.first_analysis_s:.2f} "
             f"| {k.first_analysis_s - k.serving_s:.2f} | {k.faults_published} "
             f"| {k.faults_alerted} |"
