@@ -528,7 +528,7 @@ class EngineSupervisor:
                 "watchdog.ladder_exhausted",
                 "error",
                 rung=frm.index,
-                detail="already on the last rung: restarting on it",
+                detail="no lower rung (or none the planner accepts): restarting on this one",
             )
         self.state = "restarting"
         if target != frm.index:
