@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,8 @@ import aiomqtt
 import structlog
 
 from agent import __version__
-from agent.config.loader import LoadedConfig, resolve_mqtt_password
+from agent.config.loader import LoadedConfig, default_socket_path, resolve_mqtt_password
+from agent.control import ControlServer
 from agent.errors_report import ErrorReporter
 from pipelines.compat import TaskGroup
 
@@ -123,6 +125,11 @@ class Daemon:
                 events=self.events,
                 supervisor=self.llm,
             )
+        self.control: ControlServer | None = None
+        if cfg.control.enabled:
+            path = cfg.control.socket_path or default_socket_path(cfg.outbox.path)
+            self.control = ControlServer(path, self._on_control)
+        self._new_alerts: deque[float] = deque()  # times of `new` events in the last hour
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
 
@@ -284,6 +291,10 @@ class Daemon:
                 )
             )
             self.stats.alert_events[event.type.value] += 1
+            if event.type is EventType.new:
+                self._new_alerts.append(time.monotonic())
+            if self.control is not None:
+                self.control.publish(body)
             if event.type is EventType.end:
                 deletes.append((event.alert["stream_id"], event.alert["fault"]))
             elif event.alert_id in active:
@@ -347,6 +358,7 @@ class Daemon:
         if state == "running" and self.llm is not None and self.llm.degraded:
             state = "degraded"  # keyword alerts only, until the engine is tried again
         analysis = self.analysis.snapshot() if self.analysis is not None else None
+        active = self.tracker.active()
         snap = self.stats.snapshot(
             device_id=self.cfg.device_id,
             version=__version__,
@@ -363,16 +375,50 @@ class Daemon:
                 "shed": self.outbox.shed,
                 "max": self.cfg.outbox.max_events,
             },
-            active_alerts=len(self.tracker.active()),
+            active_alerts=len(active),
+            alerts_last_hour=self._alerts_last_hour(),
             watchdog={
                 **(self.watchdog.snapshot() if self.watchdog is not None else {"level": None}),
                 "events": self.events.recent(),
             },
         )
+        for sid, n in Counter(a.stream_id for a in active).items():
+            snap["streams"].setdefault(sid, {})["active_alerts"] = n
+        if self.control is not None:
+            snap["control"] = {
+                "socket": str(self.control.path),
+                "requests": self.control.requests,
+                "refused": self.control.refused,
+                "follow_shed": self.control.follow_shed,
+            }
         if analysis is not None:  # each stream's window beside its ingest counters
             for sid, ctx in analysis.pop("streams").items():
                 snap["streams"].setdefault(sid, {})["context"] = ctx
         return snap
+
+    async def _on_control(self, req: dict[str, Any]) -> dict[str, Any]:
+        """agentctl's requests (agent.control); the status is the same snapshot as MQTT's."""
+        cmd = req["cmd"]
+        if cmd == "status":
+            return {"ok": True, "status": self.status_snapshot()}
+        if cmd == "alerts":
+            return {"ok": True, "active": [a.public() for a in self.tracker.active()]}
+        if cmd == "config":
+            return {"ok": True, "config": self.cfg.model_dump(mode="json")}
+        if cmd == "engine.restart":
+            if self.llm is None:
+                return {"ok": False, "error": "no engine here (llm.enabled is false)"}
+            if not self.llm.request_restart("operator"):
+                return {"ok": False, "error": f"engine is {self.llm.state}: nothing to restart"}
+            log.warning("control.engine_restart", rung=self.llm.rung.index)
+            return {"ok": True, "state": self.llm.state}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    def _alerts_last_hour(self) -> int:
+        cutoff = time.monotonic() - 3600
+        while self._new_alerts and self._new_alerts[0] < cutoff:
+            self._new_alerts.popleft()
+        return len(self._new_alerts)
 
     def status_payload(self, state: str = "running") -> bytes:
         return json.dumps(self.status_snapshot(state), ensure_ascii=False).encode()
@@ -384,6 +430,7 @@ class Daemon:
         await self.outbox.open()
         restored = await self.outbox.active_alerts()
         self.tracker.restore(restored)
+        await self._start_control()
         log.info(
             "agent.starting",
             version=__version__,
@@ -445,8 +492,19 @@ class Daemon:
                 await self.llm.stop()
             if self._codec is not None:
                 self._codec.close()
+            if self.control is not None:
+                await self.control.close()
             await self.outbox.close()
             log.info("agent.stopped", outbox_pending=self.outbox.depth)
+
+    async def _start_control(self) -> None:
+        if self.control is None:
+            return
+        try:
+            await self.control.start()
+        except OSError as exc:  # a path too long or unwritable: the service runs anyway
+            log.error("control.unavailable", path=str(self.control.path), error=str(exc))
+            self.control = None
 
     async def _drain_input(self, limit_s: float) -> None:
         deadline = time.monotonic() + limit_s

@@ -52,6 +52,8 @@ def agent_factory(
                 "mqtt.reconnect_max_s=1",
                 "mqtt.status_interval_s=1",
                 "llm.enabled=false",  # the engine only where a test asks for it (slow start)
+                # AF_UNIX paths hold 107 bytes; pytest's tmp paths can be longer
+                f"control.socket_path=/tmp/ea-{uuid.uuid4().hex[:10]}.sock",
                 *overrides,
             ],
             tmp_path / f"agent-{len(started)}.log",

@@ -1,4 +1,4 @@
-"""`agentctl`: check and inspect an edge-agent configuration."""
+"""`agentctl`: check and inspect an edge-agent configuration, and the running service."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from agent.cli import service
 from agent.cli.common import DEFAULT_CONFIG, load_or_exit
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 config_app = typer.Typer(no_args_is_help=True, help="Validate and show configuration.")
 app.add_typer(config_app, name="config")
+service.register(app)
 
 SetOpt = Annotated[
     list[str] | None, typer.Option("--set", help="Override a key: --set mqtt.port=1884.")
@@ -37,6 +39,7 @@ def validate(
 
 @config_app.command("show")
 def show(
+    *,
     config: Annotated[Path, typer.Option("--config", "-c", help="Agent config file.")] = (
         DEFAULT_CONFIG
     ),
@@ -47,9 +50,21 @@ def show(
         str | None, typer.Option(help="Also print the effective settings of this stream.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON instead of YAML.")] = False,
+    running: Annotated[
+        bool, typer.Option(help="Ask the running service (its control socket) instead.")
+    ] = False,
+    socket: service.SocketOpt = None,
     set_: SetOpt = None,
 ) -> None:
-    """Print the config file as written, or with --effective the merged, validated result."""
+    """Print the config file as written, or with --effective the merged, validated result,
+    or with --running what the running service uses."""
+    if running:
+        live = service.running_config(config, socket)
+        if as_json:
+            typer.echo(json.dumps(live, indent=2, ensure_ascii=False))
+        else:
+            typer.echo(yaml.safe_dump(live, allow_unicode=True, sort_keys=False), nl=False)
+        return
     if not effective:
         if stream is not None:
             typer.echo("--stream needs --effective", err=True)

@@ -18,7 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from agent.config.merge import deep_merge
-from agent.config.models import AgentConfig, LocatedError, MqttSettings
+from agent.config.models import AgentConfig, ControlSettings, LocatedError, MqttSettings
 
 __all__ = [
     "PASSWORD_ENV",
@@ -244,6 +244,9 @@ def load_config(
     if state != config.watchdog.state_path:
         watchdog = config.watchdog.model_copy(update={"state_path": state})
         config = config.model_copy(update={"watchdog": watchdog})
+    config = config.model_copy(
+        update={"control": _control_paths(config.control, config_path, config.outbox.path)}
+    )
     return LoadedConfig(
         config=config,
         config_path=config_path,
@@ -251,6 +254,21 @@ def load_config(
         profile_description=str(description) if description is not None else None,
         provenance=full_provenance,
     )
+
+
+def default_socket_path(outbox_path: Path) -> Path:
+    """systemd's RuntimeDirectory= (/run/edge-agent) when set, else the state directory."""
+    runtime = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    return Path(runtime) / "control.sock" if runtime else outbox_path.parent / "control.sock"
+
+
+def _control_paths(control: ControlSettings, config_path: Path, outbox: Path) -> ControlSettings:
+    path = control.socket_path
+    if path is None:
+        path = default_socket_path(outbox)
+    elif not path.is_absolute():
+        path = config_path.parent / path
+    return control.model_copy(update={"socket_path": path})
 
 
 def resolve_mqtt_password(mqtt: MqttSettings) -> str | None:

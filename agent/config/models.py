@@ -25,6 +25,7 @@ __all__ = [
     "AgentConfig",
     "AlertOverride",
     "AlertSettings",
+    "ControlSettings",
     "IngestSettings",
     "LlmSettings",
     "LocatedError",
@@ -282,6 +283,19 @@ class OutboxSettings(_Model):
     )
 
 
+class ControlSettings(_Model):
+    enabled: bool = Field(
+        True, title="Control socket", description="Serve `agentctl` on a Unix socket."
+    )
+    socket_path: Path | None = Field(
+        None,
+        title="Socket path",
+        description="Unix socket for agentctl (mode 0660, the service's group). None: "
+        "control.sock in $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=), else beside the "
+        "outbox. Not remotely settable.",
+    )
+
+
 class LlmSettings(AnalysisSettings):
     """The slow tier: the embedded engine reads each stream's rolling context."""
 
@@ -361,6 +375,11 @@ class AgentConfig(_Model):
         None,
         title="Engine",
         description="The embedded vLLM engine's settings; normally from the device profile.",
+    )
+    control: ControlSettings = Field(
+        default_factory=ControlSettings,
+        title="Control",
+        description="The local control socket agentctl uses.",
     )
     watchdog: WatchdogSettings = Field(
         default_factory=WatchdogSettings,
