@@ -33,6 +33,7 @@ from pipelines.compat import TaskGroup
 if TYPE_CHECKING:
     from agent.analysis_link import EngineCodec
 from agent.mqtt import MqttLink, NotConnectedError, Topics
+from agent.notify import SystemdNotifier
 from agent.outbox import Outbox, PendingEvent
 from agent.stats import Stats
 from agent.supervisor import EngineSupervisor
@@ -130,6 +131,10 @@ class Daemon:
             path = cfg.control.socket_path or default_socket_path(cfg.outbox.path)
             self.control = ControlServer(path, self._on_control)
         self._new_alerts: deque[float] = deque()  # times of `new` events in the last hour
+        self._alerts_today: tuple[str, int] = (time.strftime("%Y-%m-%d"), 0)
+        self.notifier = SystemdNotifier()
+        self._processed = 0  # segments through the detector: the watchdog's progress mark
+        self._taken = 0  # segments the detector took off the queue
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
 
@@ -177,6 +182,7 @@ class Daemon:
     async def _detect_loop(self) -> None:
         while True:
             segment = await self.queue.get()
+            self._taken += 1
             await self.process(segment)
 
     async def process(self, seg: Segment) -> None:
@@ -189,6 +195,7 @@ class Daemon:
                 log.exception("detect.failed", stream_id=seg.stream_id, seq=seg.seq)
             finally:
                 self._busy -= 1
+                self._processed += 1
 
     async def _process(self, seg: Segment) -> None:
         stream = self.stats.stream(seg.stream_id)
@@ -293,6 +300,9 @@ class Daemon:
             self.stats.alert_events[event.type.value] += 1
             if event.type is EventType.new:
                 self._new_alerts.append(time.monotonic())
+                today = time.strftime("%Y-%m-%d")
+                day, count = self._alerts_today
+                self._alerts_today = (today, count + 1 if day == today else 1)
             if self.control is not None:
                 self.control.publish(body)
             if event.type is EventType.end:
@@ -414,6 +424,54 @@ class Daemon:
             return {"ok": True, "state": self.llm.state}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
+    # -- systemd ----------------------------------------------------------------------------
+
+    def _serving(self) -> bool:
+        """READY: the broker connected and the engine settled (serving, refused, degraded,
+        or not configured): a device that can only alert on keywords is still up."""
+        if not self.link.connected.is_set():
+            return False
+        return self.llm is None or self.llm.state in ("running", "refused", "degraded")
+
+    def status_line(self) -> str:
+        """systemd's one-line STATUS=, e.g. "3 streams, engine ok, rung 0, 12 alerts today"."""
+        if self.llm is None:
+            engine = "engine off"
+        else:
+            state = self.llm.state
+            engine = f"engine {'ok' if state == 'running' else state}, rung {self.llm.rung.index}"
+        day, count = self._alerts_today
+        alerts = count if day == time.strftime("%Y-%m-%d") else 0
+        link = "" if self.link.connected.is_set() else ", MQTT down"
+        return f"{len(self.stats.streams)} streams, {engine}, {alerts} alerts today{link}"
+
+    async def _notify_loop(self) -> None:
+        """READY once serving, STATUS when it changes, WATCHDOG at half of WatchdogSec while
+        the loop runs (this task is on it) and the pipeline drains what is queued."""
+        n = self.notifier
+        period = min(n.ping_interval_s or 5.0, 5.0)
+        ready = False
+        last = None
+        seen = self._processed
+        while True:
+            line = self.status_line()
+            if not ready and self._serving():
+                ready = True
+                n.ready(line)
+                log.info("agent.ready", status=line, systemd=n.enabled)
+            elif ready and line != last:
+                n.status(line)
+            last = line
+            if n.ping_interval_s is not None:
+                waiting = len(self.queue) + self._taken - self._processed
+                if waiting > 0 and self._processed == seen:
+                    # Work waiting and none done for a whole period: let systemd decide.
+                    log.error("agent.stalled", waiting=waiting, period_s=period)
+                else:
+                    n.watchdog()
+                seen = self._processed
+            await asyncio.sleep(period)
+
     def _alerts_last_hour(self) -> int:
         cutoff = time.monotonic() - 3600
         while self._new_alerts and self._new_alerts[0] < cutoff:
@@ -451,6 +509,7 @@ class Daemon:
                     tg.create_task(self._status_loop(), name="status"),
                     tg.create_task(self.errors.run(), name="errors"),
                 ]
+                background.append(tg.create_task(self._notify_loop(), name="systemd.notify"))
                 if self.watchdog is not None:
                     background.append(tg.create_task(self.watchdog.run(), name="watchdog"))
                 if self.llm is not None:
@@ -461,6 +520,7 @@ class Daemon:
                     else None
                 )
                 await stop.wait()
+                self.notifier.stopping()
                 log.info("agent.stopping", queued=len(self.queue), outbox_pending=self.outbox.depth)
                 await self._drain_input(drain_timeout_s)
                 detect.cancel()
