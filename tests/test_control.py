@@ -35,7 +35,10 @@ try:
     s.connect(sys.argv[1])
 except OSError as exc:
     print(json.dumps({"connect_error": exc.errno})); sys.exit(0)
-s.sendall(b'{"cmd": "status"}\\n')
+try:
+    s.sendall(b'{"cmd": "status"}\\n')
+except OSError:
+    pass  # refused: the service answered and closed before reading the request
 print(s.makefile().readline().strip())
 """
 
@@ -143,10 +146,12 @@ def test_a_stranger_is_refused_by_mode_and_by_credentials(
         "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
         "/usr/bin/python3", "-c", STRANGER_CLIENT, str(sock_path),
     ]  # fmt: skip
-    blocked = subprocess.run(as_nobody, capture_output=True, text=True, timeout=30, check=True)
+    blocked = subprocess.run(as_nobody, capture_output=True, text=True, timeout=30, check=False)
+    assert blocked.returncode == 0, blocked.stderr
     assert json.loads(blocked.stdout) == {"connect_error": 13}  # EACCES: mode 0660
     sock_path.chmod(0o666)  # a mistake an operator could make: the credential check holds
-    refused = subprocess.run(as_nobody, capture_output=True, text=True, timeout=30, check=True)
+    refused = subprocess.run(as_nobody, capture_output=True, text=True, timeout=30, check=False)
+    assert refused.returncode == 0, refused.stderr
     assert json.loads(refused.stdout) == {"ok": False, "error": "permission denied"}
     deadline = time.monotonic() + 10
     while not agent.events("control.refused"):
