@@ -1,7 +1,7 @@
 """Counters of everything the daemon accepts, drops and sends: one snapshot, many readers.
 
-The same snapshot feeds the retained `<prefix>/status` topic now, and `agentctl status` and
-Prometheus later, so the three never disagree.
+The same snapshot feeds the retained `<prefix>/status` topic and `agentctl status` (through
+the control socket) now, and Prometheus later, so the three never disagree.
 """
 
 from __future__ import annotations
