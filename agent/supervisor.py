@@ -322,14 +322,11 @@ class EngineSupervisor:
     def _kv_rates(self) -> KvRates | None:
         """From the memory planner, so that KV rungs stay above one full context; None when
         the model cannot be planned (the engine's own planner then judges each rung)."""
-        from agent.engine.model_prep import ensure_default_model
-        from agent.engine.paths import default_model_dir
+        from agent.engine.model_prep import model_dir_for
         from agent.engine.planner import plan_memory
 
         try:
-            model_dir = self.profile.model_path()
-            if model_dir == default_model_dir() and self.profile.load_format != "dummy":
-                model_dir = ensure_default_model()
+            model_dir = model_dir_for(self.profile)
             plan = plan_memory(model_dir, self.profile)
             self._model_dir = model_dir
             return KvRates(plan.kv_bytes_per_token, plan.fixed_bytes_per_seq)

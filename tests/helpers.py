@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiomqtt
+import pytest
 
 from agent.demo import run_argv
 from pipelines.compat import timeout as async_timeout
@@ -186,3 +187,15 @@ async def retained(port: int, topics: list[str], wait_s: float = 2.0) -> dict[st
                     if len(out) == len(topics):
                         break
     return out
+
+
+async def until(
+    predicate: Callable[[], bool], what: str = "the condition", limit: float = 5.0
+) -> None:
+    """Wait on the event loop until `predicate()` holds; fail the test after `limit` s."""
+    try:
+        async with async_timeout(limit):
+            while not predicate():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        pytest.fail(f"timed out after {limit:g} s waiting for {what}")

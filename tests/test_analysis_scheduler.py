@@ -17,9 +17,9 @@ import pytest
 
 from pipelines.analysis import AnalysisSettings, Analyzer, LlmUnavailable
 from pipelines.analysis_prompt import ChatFrame
-from pipelines.compat import timeout
 from pipelines.detect import FaultRule
 from pipelines.evidence import AcceptedFault
+from tests.helpers import until
 
 CATALOGUE = [
     FaultRule(code="bearing_noise", labels={"en": "bearing noise"}, keywords={"en": ["bearing"]})
@@ -88,12 +88,6 @@ def make(llm: StandInLlm, **kw: Any) -> Analyzer:
 
 def say(a: Analyzer, stream: str, seq: int) -> None:
     a.add(stream, seq=seq, start=1e9 + seq, end=1e9 + seq + 1, text=f"word{seq} line {seq}")
-
-
-async def until(cond: Any, limit: float = 5.0) -> None:
-    async with timeout(limit):
-        while not cond():
-            await asyncio.sleep(0.01)
 
 
 async def test_segments_arriving_during_an_analysis_are_coalesced() -> None:

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from agent.watchdog.policy import Level
 from agent.watchdog.probes import HostProbe, MemoryProbe, MemorySample, ReplayProbe, read_meminfo
 from agent.watchdog.settings import WatchdogSettings
 from pipelines.compat import timeout
-from tests.helpers import MqttWatcher, publish_all
+from tests.helpers import MqttWatcher, publish_all, until
 from tests.test_analysis_engine import CHATTER
 
 pytest.importorskip("vllm")
@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.vllm]
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
+ENGINE_S = 180.0  # an engine (re)start and an analysis on two cores, with margin
 
 
 class SwitchableProbe:
@@ -86,15 +87,6 @@ def kill_engine_core(sup: EngineSupervisor) -> int:
     return pids[0]
 
 
-async def until(predicate: Callable[[], bool], what: str, limit: float = 180.0) -> None:
-    try:
-        async with timeout(limit):
-            while not predicate():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        pytest.fail(f"timed out waiting for {what}")
-
-
 def items(
     prefix: str, rows: list[tuple[int, str]], stream: str = "mic1"
 ) -> list[tuple[str, bytes]]:
@@ -139,12 +131,14 @@ async def test_sigkilled_engine_core_mid_analysis_is_restarted_and_no_keyword_al
             lambda w: evidence_seqs(w) >= {10, 11, 12}, timeout=30, what="the gap's alerts"
         )
         assert not sup.ready.is_set(), "the alerts should have arrived while the engine was down"
-        await until(sup.ready.is_set, "the engine serving again")
+        await until(sup.ready.is_set, "the engine serving again", ENGINE_S)
         assert dict(sup.restarts_by_reason) == {"engine_dead": 1}
         assert sup.rung.index == 1 and sup.engine.info is not None
         assert sup.engine.info.spec_k == 2  # one rung down: speculative k 3 -> 2
         # The stream's next analysis succeeds, over the window it had before the kill.
-        await until(lambda: daemon.analysis.analyses > done_before, "an analysis after restart")
+        await until(
+            lambda: daemon.analysis.analyses > done_before, "an analysis after restart", ENGINE_S
+        )
         window = daemon.analysis.window("mic1")
         assert window is not None
         seqs = [line.seq for line in window.lines]
@@ -178,7 +172,7 @@ async def test_a_measured_sequence_crossing_critical_steps_the_ladder_and_a_new_
         probe.source = ReplayProbe([*falling, real], overlay=HostProbe())
         await until(lambda: sup.restarts == 1, "a restart for critical memory", 30)
         assert dict(sup.restarts_by_reason) == {"memory_critical": 1}
-        await until(sup.ready.is_set, "the engine serving on the lower rung")
+        await until(sup.ready.is_set, "the engine serving on the lower rung", ENGINE_S)
         assert daemon.watchdog.policy.level is Level.ok and not sup.shedding
         levels = [
             (e["level"], e["action"])
@@ -217,7 +211,7 @@ async def test_restart_rate_limit_degrades_to_keyword_only_and_keywords_keep_ale
     )
     async with running(daemon) as sup:
         kill_engine_core(sup)
-        await until(lambda: sup.restarts == 1 and sup.ready.is_set(), "the first restart")
+        await until(lambda: sup.restarts == 1 and sup.ready.is_set(), "the first restart", ENGINE_S)
         kill_engine_core(sup)
         await until(lambda: sup.degraded, "degraded mode after the second death", 60)
         assert sup.engine.state == "stopped" and sup.engine.core_pids() == []
@@ -238,7 +232,7 @@ async def test_restart_rate_limit_degrades_to_keyword_only_and_keywords_keep_ale
         await asyncio.sleep(3)
         assert sup.degraded
         assert sup.request_restart()
-        await until(sup.ready.is_set, "the engine back after the operator's retry")
+        await until(sup.ready.is_set, "the engine back after the operator's retry", ENGINE_S)
         assert sup.rung.index == 2  # each death took a rung
 
 

@@ -45,8 +45,7 @@ from agent.engine.errors import (
     EngineWontFit,
 )
 from agent.engine.lazy import optional_module, require_module
-from agent.engine.model_prep import ModelPrepError, ensure_default_model
-from agent.engine.paths import default_model_dir
+from agent.engine.model_prep import ModelPrepError, model_dir_for
 from agent.engine.planner import MemoryPlan, PlanError, plan_memory
 from agent.engine.profile import EngineProfile
 from agent.engine.repetition import RepetitionGuard, tail_repeats
@@ -244,12 +243,10 @@ class Engine:
         await self.shutdown()
 
     async def _start(self, profile: EngineProfile, speculative_k: int | None) -> _Run:
-        model_dir = profile.model_path()
-        if model_dir == default_model_dir() and profile.load_format != "dummy":
-            try:
-                model_dir = await asyncio.to_thread(ensure_default_model)
-            except ModelPrepError as exc:
-                raise EngineStartError(str(exc)) from exc
+        try:
+            model_dir = await asyncio.to_thread(model_dir_for, profile)
+        except ModelPrepError as exc:
+            raise EngineStartError(str(exc)) from exc
         plan, spec = await asyncio.to_thread(_plan, model_dir, profile, speculative_k)
         if not plan.fits:
             log.error("engine_refused", model=str(model_dir), verdict=plan.verdict)

@@ -27,14 +27,24 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from agent.engine.lazy import require_module
 from agent.engine.paths import default_model_dir
 
-__all__ = ["MARKER_NAME", "ModelPrepError", "ensure_default_model", "find_smollm2_gguf", "main"]
+if TYPE_CHECKING:
+    from agent.engine.profile import EngineProfile
+
+__all__ = [
+    "MARKER_NAME",
+    "ModelPrepError",
+    "ensure_default_model",
+    "find_smollm2_gguf",
+    "main",
+    "model_dir_for",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -99,6 +109,19 @@ def _convert(gguf: Path, out: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+def model_dir_for(profile: EngineProfile) -> Path:
+    """The profile's model folder; the default one is converted first if needed (random
+    weights need no conversion). Blocking, like ensure_default_model.
+
+    Raises:
+        ModelPrepError: the default model cannot be prepared.
+    """
+    model_dir = profile.model_path()
+    if model_dir == default_model_dir() and profile.load_format != "dummy":
+        return ensure_default_model()
+    return model_dir
 
 
 def ensure_default_model(cache_dir: Path | None = None) -> Path:

@@ -73,9 +73,9 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 from agent.analysis_link import EngineCodec, EngineLlm  # noqa: E402
 from agent.config.loader import load_config  # noqa: E402
-from agent.engine import EngineProfile, ensure_default_model, plan_memory  # noqa: E402
+from agent.engine import EngineProfile, plan_memory  # noqa: E402
 from agent.engine.engine import GenerationResult  # noqa: E402
-from agent.engine.paths import default_model_dir  # noqa: E402
+from agent.engine.model_prep import model_dir_for  # noqa: E402
 from agent.logsetup import configure_logging  # noqa: E402
 from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
 from bench.context.synth import SynthSegment, generate_shift  # noqa: E402
@@ -598,9 +598,7 @@ async def prepare(args: argparse.Namespace) -> Setup:
     if engine.load_format == "dummy":
         model_dir = prepare_bench_model(engine)
     else:
-        model_dir = engine.model_path()
-        if model_dir == default_model_dir():  # converted at first use, as Engine does
-            model_dir = ensure_default_model()
+        model_dir = model_dir_for(engine)  # the default one converted at first use
     engine = engine.model_copy(update={"model": str(model_dir)})
     plan = plan_memory(model_dir, engine)
     vocab = int(json.loads((model_dir / "config.json").read_text())["vocab_size"])

@@ -30,6 +30,7 @@ from agent.watchdog.ladder import ladder_fingerprint
 from agent.watchdog.settings import WatchdogSettings
 from agent.watchdog.store import RungRecord, RungStore
 from pipelines.compat import timeout
+from tests.helpers import until
 
 # A model folder that does not exist: the stand-in needs none, and the ladder is built
 # without the planner's KV rates (the same on every machine, with or without a model).
@@ -116,12 +117,6 @@ def supervisor(
 
 def names(sup: EngineSupervisor) -> list[str]:
     return [e["event"] for e in sup.events.recent()]
-
-
-async def until(predicate: Any, what: str, limit: float = 5.0) -> None:
-    async with timeout(limit):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 async def test_a_dead_engine_is_restarted_one_rung_down_and_the_rung_persists(
