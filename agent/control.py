@@ -3,7 +3,9 @@
 One JSON object per line each way. Requests: `{"cmd": "status"}`, `{"cmd": "alerts"}` (active
 alerts; with `"follow": true` every alert event after them, one line each, until the client
 hangs up), `{"cmd": "engine.restart"}`, `{"cmd": "config"}` (the effective configuration,
-secrets never included). Every response has `"ok"`; errors carry `"error"`.
+secrets never included); with `control.fault_injection` (tests only),
+`{"cmd": "fault.block_loop", "seconds": N}` hangs the event loop for N seconds. Every
+response has `"ok"`; errors carry `"error"`.
 
 Access is checked twice. The socket file is mode 0660 with the service's group, so the
 kernel refuses anyone else at connect(); and each connection's peer credentials

@@ -28,6 +28,7 @@ from agent import __version__
 from agent.config.loader import LoadedConfig, default_socket_path, resolve_mqtt_password
 from agent.control import ControlServer
 from agent.errors_report import ErrorReporter
+from agent.metrics import Histogram, MetricsServer, SnapshotCollector
 from pipelines.compat import TaskGroup
 
 if TYPE_CHECKING:
@@ -130,6 +131,10 @@ class Daemon:
         if cfg.control.enabled:
             path = cfg.control.socket_path or default_socket_path(cfg.outbox.path)
             self.control = ControlServer(path, self._on_control)
+        self.metrics: MetricsServer | None = None
+        if cfg.metrics.enabled:
+            collector = SnapshotCollector(self.status_snapshot, self.latency_histograms)
+            self.metrics = MetricsServer(cfg.metrics.host, cfg.metrics.port, collector)
         self._new_alerts: deque[float] = deque()  # times of `new` events in the last hour
         self._alerts_today: tuple[str, int] = (time.strftime("%Y-%m-%d"), 0)
         self.notifier = SystemdNotifier()
@@ -163,6 +168,7 @@ class Daemon:
             return
         self.stats.stream(stream_id)  # counted from acceptance on, so the bound holds
         self.stats.accepted += 1
+        self.stats.arrived(stream_id, segment.seq)
         shed = self.queue.put(segment)
         if shed is not None:
             self.stats.ingest_shed += 1
@@ -319,6 +325,11 @@ class Daemon:
                 seq=event.seq,
             )
         await self.outbox.append(pending, upserts, deletes)
+        for event in events:  # timed once durable: from here the publisher delivers them
+            if event.type is EventType.new:
+                alert = event.alert
+                seq = alert["evidence"][-1]["seq"] if alert["evidence"] else None
+                self.stats.alert_raised(alert["stream_id"], seq, alert["fault"], alert["source"])
 
     async def _tick_loop(self) -> None:
         while True:
@@ -401,10 +412,47 @@ class Daemon:
                 "refused": self.control.refused,
                 "follow_shed": self.control.follow_shed,
             }
+        if self.metrics is not None:
+            snap["metrics"] = {
+                "address": self.metrics.address,
+                "scrapes": self.metrics.scrapes,
+                "bad_requests": self.metrics.bad_requests,
+            }
         if analysis is not None:  # each stream's window beside its ingest counters
             for sid, ctx in analysis.pop("streams").items():
                 snap["streams"].setdefault(sid, {})["context"] = ctx
         return snap
+
+    def latency_histograms(self) -> list[Histogram]:
+        """The latencies /metrics exports as histograms (the status shows their p50/p95)."""
+        out = [
+            Histogram(
+                "segment_to_alert_seconds",
+                "Segment received to its new alert committed to the outbox, by source.",
+                window,
+                {"source": source},
+            )
+            for source, window in self.stats.segment_to_alert.items()
+        ]
+        if self.analysis is not None:
+            out.append(
+                Histogram(
+                    "analysis_seconds",
+                    "One LLM analysis, request to answer.",
+                    self.analysis.latency,
+                )
+            )
+        if self.llm is not None:
+            engine = self.llm.engine
+            out += [
+                Histogram("ttft_seconds", "Engine request to its first token.", engine.ttft),
+                Histogram(
+                    "time_per_output_token_seconds",
+                    "Time per generated token after the first.",
+                    engine.per_token,
+                ),
+            ]
+        return out
 
     async def _on_control(self, req: dict[str, Any]) -> dict[str, Any]:
         """agentctl's requests (agent.control); the status is the same snapshot as MQTT's."""
@@ -422,6 +470,12 @@ class Daemon:
                 return {"ok": False, "error": f"engine is {self.llm.state}: nothing to restart"}
             log.warning("control.engine_restart", rung=self.llm.rung.index)
             return {"ok": True, "state": self.llm.state}
+        if cmd == "fault.block_loop" and self.cfg.control.fault_injection:
+            seconds = float(req.get("seconds", 0))
+            log.warning("control.fault_injection", blocked_s=seconds)
+            # After the answer is written: the loop then hangs for real (time.sleep on it).
+            asyncio.get_running_loop().call_later(0.2, time.sleep, seconds)
+            return {"ok": True, "blocked_s": seconds}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
 
     # -- systemd ----------------------------------------------------------------------------
@@ -488,7 +542,7 @@ class Daemon:
         await self.outbox.open()
         restored = await self.outbox.active_alerts()
         self.tracker.restore(restored)
-        await self._start_control()
+        await self._start_local_servers()
         log.info(
             "agent.starting",
             version=__version__,
@@ -548,23 +602,41 @@ class Daemon:
             async with self._processing:
                 await self._persist(self.tracker.flush())
         finally:
-            if self.llm is not None:
-                await self.llm.stop()
-            if self._codec is not None:
-                self._codec.close()
-            if self.control is not None:
-                await self.control.close()
-            await self.outbox.close()
-            log.info("agent.stopped", outbox_pending=self.outbox.depth)
+            await self._close()
 
-    async def _start_control(self) -> None:
-        if self.control is None:
-            return
-        try:
-            await self.control.start()
-        except OSError as exc:  # a path too long or unwritable: the service runs anyway
-            log.error("control.unavailable", path=str(self.control.path), error=str(exc))
-            self.control = None
+    async def _close(self) -> None:
+        """What run() holds, released whether it ended cleanly or not."""
+        if self.llm is not None:
+            await self.llm.stop()
+        if self._codec is not None:
+            self._codec.close()
+        if self.control is not None:
+            await self.control.close()
+        if self.metrics is not None:
+            await self.metrics.close()
+        await self.outbox.close()
+        log.info("agent.stopped", outbox_pending=self.outbox.depth)
+
+    async def _start_local_servers(self) -> None:
+        """The control socket and /metrics. Either failing (a path too long or unwritable,
+        a port taken) is logged and the service runs without it: alerts come first."""
+        if self.control is not None:
+            try:
+                await self.control.start()
+            except OSError as exc:
+                log.error("control.unavailable", path=str(self.control.path), error=str(exc))
+                self.control = None
+        if self.metrics is not None:
+            try:
+                await self.metrics.start()
+            except OSError as exc:
+                log.error(
+                    "metrics.unavailable",
+                    host=self.cfg.metrics.host,
+                    port=self.cfg.metrics.port,
+                    error=str(exc),
+                )
+                self.metrics = None
 
     async def _drain_input(self, limit_s: float) -> None:
         deadline = time.monotonic() + limit_s

@@ -1,17 +1,25 @@
 """Counters of everything the daemon accepts, drops and sends: one snapshot, many readers.
 
-The same snapshot feeds the retained `<prefix>/status` topic and `agentctl status` (through
-the control socket) now, and Prometheus later, so the three never disagree.
+The same snapshot feeds the retained `<prefix>/status` topic, `agentctl status` (through
+the control socket) and Prometheus' `/metrics` (agent.metrics), so the three never disagree.
+Latencies are `LatencyWindow`s: percentiles here, histograms there, from the same values.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Stats", "StreamStats"]
+from pipelines.latency import LatencyWindow
+
+__all__ = ["ALERT_SOURCES", "Stats", "StreamStats", "latency_summary"]
+
+ALERT_SOURCES = ("keyword", "llm")
+# Arrival times kept per stream, to time the alert a segment raises. An LLM alert quotes a
+# line of the rolling context, usually a recent one; an older quote is not timed.
+_ARRIVALS_PER_STREAM = 1024
 
 
 @dataclass
@@ -19,6 +27,7 @@ class StreamStats:
     segments: int = 0
     duplicates: int = 0
     last_segment_mono: float | None = None
+    arrivals: OrderedDict[int, float] = field(default_factory=OrderedDict)  # seq -> monotonic
 
 
 @dataclass
@@ -36,6 +45,11 @@ class Stats:
     keyword_matches: int = 0
     llm_faults: int = 0
     alert_events: Counter[str] = field(default_factory=Counter)
+    alerts_by_fault: Counter[str] = field(default_factory=Counter)  # `new` alerts per fault
+    # Segment received -> the `new` alert it raised committed to the outbox, per source.
+    segment_to_alert: dict[str, LatencyWindow] = field(
+        default_factory=lambda: {source: LatencyWindow() for source in ALERT_SOURCES}
+    )
     published: int = 0
     publish_failures: int = 0
     errors_reported: int = 0
@@ -44,6 +58,23 @@ class Stats:
 
     def stream(self, stream_id: str) -> StreamStats:
         return self.streams.setdefault(stream_id, StreamStats())
+
+    def arrived(self, stream_id: str, seq: int) -> None:
+        """An accepted segment's arrival (monotonic), for `alert_raised`."""
+        arrivals = self.stream(stream_id).arrivals
+        arrivals[seq] = time.monotonic()
+        while len(arrivals) > _ARRIVALS_PER_STREAM:
+            arrivals.popitem(last=False)
+
+    def alert_raised(self, stream_id: str, seq: int | None, fault: str, source: str) -> None:
+        """A `new` alert: counted per fault (an LLM's free `other:<label>` counts as
+        `other`, so the label set stays the catalogue's) and timed from the segment that
+        raised it (`seq`, its newest evidence) to now."""
+        self.alerts_by_fault[fault.split(":", 1)[0]] += 1
+        stream = self.streams.get(stream_id)
+        arrived = stream.arrivals.get(seq) if stream is not None and seq is not None else None
+        if arrived is not None and source in self.segment_to_alert:
+            self.segment_to_alert[source].add(time.monotonic() - arrived)
 
     def snapshot(self, **extra: Any) -> dict[str, Any]:
         now = time.monotonic()
@@ -70,6 +101,10 @@ class Stats:
                 "events": dict(self.alert_events),
                 "published": self.published,
                 "publish_failures": self.publish_failures,
+                "by_fault": dict(self.alerts_by_fault),
+                "segment_to_alert": {
+                    source: latency_summary(w) for source, w in self.segment_to_alert.items()
+                },
             },
             "errors": {"reported": self.errors_reported, "suppressed": self.errors_suppressed},
             "streams": {
@@ -84,3 +119,13 @@ class Stats:
             },
             **extra,
         }
+
+
+def latency_summary(window: LatencyWindow) -> dict[str, Any]:
+    """What the status shows of a latency: count and recent p50/p95 (ms precision)."""
+    p50, p95 = window.percentile(0.50), window.percentile(0.95)
+    return {
+        "count": window.count,
+        "p50_s": None if p50 is None else round(p50, 3),
+        "p95_s": None if p95 is None else round(p95, 3),
+    }

@@ -56,6 +56,7 @@ from agent.engine import (
     EngineWontFit,
 )
 from agent.engine.engine import ChatMessage, GenerationResult
+from agent.engine.stats import EngineStats
 from agent.watchdog.events import EventLog
 from agent.watchdog.ladder import KvRates, Rung, build_ladder, ladder_fingerprint
 from agent.watchdog.settings import WatchdogSettings
@@ -630,7 +631,30 @@ class EngineSupervisor:
             "last_restart": self.last_restart,
             "requests_in_flight": len(self._inflight),
             "engine_pids": self.engine.core_pids(),
+            "engine": _engine_figures(self.engine.stats()),
         }
+
+
+def _engine_figures(stats: EngineStats) -> dict[str, Any]:
+    """What an operator reads of the engine's own statistics (this run's counters; the
+    latencies span every run)."""
+    return {
+        "requests": stats.requests,
+        "generated_tokens": stats.generated_tokens,
+        "num_waiting_reqs": stats.num_waiting_reqs,
+        "kv_cache_usage": round(stats.kv_cache_usage, 3),
+        "prefix_cache_hit_rate": _round(stats.prefix_cache_hit_rate),
+        "spec_acceptance_rate": _round(stats.spec_acceptance_rate),
+        "preemptions": stats.preemptions,
+        "ttft_p50_s": _round(stats.ttft_p50_s),
+        "ttft_p95_s": _round(stats.ttft_p95_s),
+        "per_token_p50_s": _round(stats.per_token_p50_s, 4),
+        "per_token_p95_s": _round(stats.per_token_p95_s, 4),
+    }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 @contextlib.asynccontextmanager

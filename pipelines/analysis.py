@@ -320,7 +320,7 @@ class Analyzer:
             allow_other=settings.allow_other,
         )
         self._pending_max_chars = budget * 4  # more than a window's worth is dropped anyway
-        self._latencies = LatencyWindow(_LATENCY_WINDOW)
+        self.latency = LatencyWindow(_LATENCY_WINDOW)  # per analysis; /metrics reads it too
         self.analyses = 0
         self.withheld = 0  # segments not shown to the model (instruction-like)
 
@@ -457,7 +457,7 @@ class Analyzer:
         st.prompt_tokens += answer.num_prompt_tokens
         st.cached_tokens += cached
         st.last_latency_s, st.last_ttft_s = latency, answer.ttft_s
-        self._latencies.add(latency)
+        self.latency.add(latency)
         valid = True
         rejected: Counter[str] = Counter()
         accepted: tuple[AcceptedFault, ...] = ()
@@ -744,8 +744,8 @@ class Analyzer:
             "analyses": self.analyses,
             "running": sum(1 for s in self._streams.values() if s.running),
             "waiting": sum(1 for s in self._streams.values() if s.dirty_since is not None),
-            "latency_p50_s": _round(self._latencies.percentile(0.50)),
-            "latency_p95_s": _round(self._latencies.percentile(0.95)),
+            "latency_p50_s": _round(self.latency.percentile(0.50)),
+            "latency_p95_s": _round(self.latency.percentile(0.95)),
             "prefix_hit_rate": round(cached / prompt, 3) if prompt else None,
             "faults_accepted": sum(s.accepted for s in self._streams.values()),
             "faults_rejected": dict(rejected),

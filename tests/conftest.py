@@ -54,6 +54,7 @@ def agent_factory(
                 "llm.enabled=false",  # the engine only where a test asks for it (slow start)
                 # AF_UNIX paths hold 107 bytes; pytest's tmp paths can be longer
                 f"control.socket_path=/tmp/ea-{uuid.uuid4().hex[:10]}.sock",
+                "metrics.port=0",  # a free port each: tests run agents side by side
                 *overrides,
             ],
             tmp_path / f"agent-{len(started)}.log",

@@ -199,3 +199,39 @@ async def until(
                 await asyncio.sleep(0.01)
     except TimeoutError:
         pytest.fail(f"timed out after {limit:g} s waiting for {what}")
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+async def http_get(address: str, path: str = "/metrics", raw: bytes | None = None) -> bytes:
+    """One HTTP/1.0 exchange with host:port; the whole response, status line included."""
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(raw if raw is not None else f"GET {path} HTTP/1.0\r\n\r\n".encode())
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+async def scrape(address: str) -> Samples:
+    """GET /metrics, parsed by prometheus_client's own text parser (a malformed exposition
+    raises): {(sample name, labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = await http_get(address)
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200"), head
+    out: Samples = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            key = (s.name, frozenset(s.labels.items()))
+            assert key not in out, f"sample {key} twice"
+            out[key] = s.value
+    return out
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))

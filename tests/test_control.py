@@ -113,7 +113,8 @@ async def test_agentctl_status_alerts_and_config_against_the_running_service(
 
     human = await asyncio.to_thread(agentctl, "status", "--socket", str(sock_path))
     assert human.returncode == 0, human.stderr
-    for text in ("line3-edge-01", "running", "cpu-dev", "connected", "mic1", "1 active"):
+    for text in ("line3-edge-01", "running", "cpu-dev", "connected", "mic1", "1 active",
+                 "keyword p50", "(n=1)", "http://127.0.0.1:"):  # fmt: skip
         assert text in human.stdout, (text, human.stdout)
     as_json = await asyncio.to_thread(agentctl, "status", "--socket", str(sock_path), "--json")
     assert as_json.returncode == 0

@@ -15,7 +15,7 @@ from agent.config.loader import load_config
 from agent.daemon import Daemon
 from agent.devbroker import DevBroker
 from pipelines.compat import timeout
-from tests.helpers import MqttWatcher, publish_all
+from tests.helpers import MqttWatcher, publish_all, sample, scrape
 from tests.test_analysis_engine import forced
 
 pytest.importorskip("vllm")
@@ -41,6 +41,7 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
             "streams.defaults.alerts.debounce_s=0",
             "llm.enabled=true",
             f"engine.model={default_model}",
+            "metrics.port=0",
         ],
     )
     daemon = Daemon(loaded)
@@ -102,6 +103,16 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
         ctx = status["streams"]["mic1"]["context"]
         assert ctx["tokens"] > 0 and ctx["budget"] == 4096
         assert ctx["faults_accepted"] == 1
+        # /metrics carries the engine side: request latencies as histograms, the rung
+        assert daemon.metrics is not None and daemon.metrics.address is not None
+        m = await scrape(daemon.metrics.address)
+        assert sample(m, "edge_agent_engine_state", state="running") == 1
+        assert sample(m, "edge_agent_engine_rung") == 0
+        assert (sample(m, "edge_agent_analysis_seconds_count") or 0) >= 1
+        assert (sample(m, "edge_agent_ttft_seconds_count") or 0) >= 1
+        assert (sample(m, "edge_agent_time_per_output_token_seconds_count") or 0) >= 1
+        assert sample(m, "edge_agent_segment_to_alert_seconds_count", source="keyword") == 1
+        assert (sample(m, "edge_agent_stream_context_tokens", stream="mic1") or 0) > 0
     finally:
         stop.set()
         await asyncio.wait_for(run, 90)

@@ -117,6 +117,7 @@ async def test_no_pings_while_the_pipeline_or_the_loop_is_stuck(
             f"outbox.path={tmp_path / 'outbox.sqlite'}",
             "llm.enabled=false",
             "control.enabled=false",
+            "metrics.enabled=false",
         ],
     )
     daemon = Daemon(loaded)

@@ -133,6 +133,10 @@ def _gib(n: Any) -> str:
     return "-" if n is None else f"{n / (1 << 30):.2f} GiB"
 
 
+def _secs(s: Any) -> str:
+    return "-" if s is None else f"{s:.3f} s"
+
+
 def _age(s: Any) -> str:
     return "-" if s is None else f"{s:.0f} s ago"
 
@@ -182,6 +186,22 @@ def render_status(st: dict[str, Any], console: Console) -> None:
         "alerts",
         f"{st.get('active_alerts')} active, {st.get('alerts_last_hour')} new in the last hour",
     )
+    latency = (st.get("alerts") or {}).get("segment_to_alert") or {}
+    timed = [
+        f"{source} p50 {_secs(v.get('p50_s'))} p95 {_secs(v.get('p95_s'))} (n={v.get('count')})"
+        for source, v in latency.items()
+        if v.get("count")
+    ]
+    head.add_row("segment->alert", "; ".join(timed) or "-")
+    eng = llm.get("engine") or {}
+    if eng.get("ttft_p50_s") is not None:
+        head.add_row(
+            "engine latency",
+            f"first token p50 {_secs(eng.get('ttft_p50_s'))} p95 {_secs(eng.get('ttft_p95_s'))}, "
+            f"per token p50 {_secs(eng.get('per_token_p50_s'))}",
+        )
+    metrics = st.get("metrics") or {}
+    head.add_row("metrics", f"http://{metrics['address']}/metrics" if metrics else "off")
     console.print(head)
     streams = st.get("streams") or {}
     if streams:

@@ -31,6 +31,7 @@ __all__ = [
     "LocatedError",
     "LogFormat",
     "LoggingSettings",
+    "MetricsSettings",
     "MqttSettings",
     "OutboxSettings",
     "StreamOverride",
@@ -294,6 +295,28 @@ class ControlSettings(_Model):
         "control.sock in $RUNTIME_DIRECTORY (systemd's RuntimeDirectory=), else beside the "
         "outbox. Not remotely settable.",
     )
+    fault_injection: bool = Field(
+        False,
+        title="Fault injection",
+        description="Accept `fault.block_loop` on the control socket: blocks the event loop "
+        "for the given seconds, so a test can prove systemd's watchdog restarts a hung "
+        "service. Off in production. Not remotely settable.",
+    )
+
+
+class MetricsSettings(_Model):
+    enabled: bool = Field(
+        True, title="Metrics", description="Serve Prometheus `/metrics` (agent.metrics)."
+    )
+    host: str = Field(
+        "127.0.0.1",
+        title="Listen address",
+        description="Loopback by default: the endpoint has no authentication and names "
+        "streams and faults. Scrape with the device's own agent or through a tunnel.",
+    )
+    port: int = Field(
+        9464, ge=0, le=65535, title="Port", description="TCP port; 0 picks a free one."
+    )
 
 
 class LlmSettings(AnalysisSettings):
@@ -380,6 +403,11 @@ class AgentConfig(_Model):
         default_factory=ControlSettings,
         title="Control",
         description="The local control socket agentctl uses.",
+    )
+    metrics: MetricsSettings = Field(
+        default_factory=MetricsSettings,
+        title="Metrics",
+        description="The Prometheus endpoint: the status snapshot for scraping.",
     )
     watchdog: WatchdogSettings = Field(
         default_factory=WatchdogSettings,

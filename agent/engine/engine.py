@@ -51,6 +51,7 @@ from agent.engine.profile import EngineProfile
 from agent.engine.repetition import RepetitionGuard, tail_repeats
 from agent.engine.speculative import AcceptanceController, SpeculationPlan, choose_speculation
 from agent.engine.stats import EngineStats, StatsCollector, stat_logger_factory
+from pipelines.latency import TOKEN_BUCKETS_S, LatencyWindow
 
 __all__ = [
     "ChatMessage",
@@ -153,6 +154,9 @@ class Engine:
         self._last_profile: EngineProfile | None = None
         self._last_controller: AcceptanceController | None = None
         self._applied_k: int | None = None  # k of the last start, once a step-down applied
+        # Request latencies over the engine's life (every run): /metrics' histograms.
+        self.ttft = LatencyWindow()
+        self.per_token = LatencyWindow(buckets=TOKEN_BUCKETS_S)
 
     # -- lifecycle -----------------------------------------------------------------------
     @property
@@ -254,7 +258,11 @@ class Engine:
         controller = (
             AcceptanceController(profile.speculative, spec.k) if spec.method != "off" else None
         )
-        collector = StatsCollector(on_spec=controller.observe if controller else None)
+        collector = StatsCollector(
+            on_spec=controller.observe if controller else None,
+            ttft=self.ttft,
+            per_token=self.per_token,
+        )
         apply_engine_env(profile)
         t0 = time.perf_counter()
         holder: list[Any] = []
@@ -549,7 +557,9 @@ class Engine:
 
     def stats(self) -> EngineStats:
         run = self._run
-        snap = run.collector.snapshot() if run else StatsCollector().snapshot()
+        snap = (
+            run.collector if run else StatsCollector(ttft=self.ttft, per_token=self.per_token)
+        ).snapshot()
         ctl = run.controller if run else None
         info = run.info if run else None
         return EngineStats(

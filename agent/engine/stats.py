@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent.engine.lazy import require_module
-from pipelines.latency import LatencyWindow
+from pipelines.latency import TOKEN_BUCKETS_S, LatencyWindow
 
 __all__ = ["EngineStats", "LatencyWindow", "StatsCollector", "stat_logger_factory"]
 
@@ -70,9 +70,16 @@ class EngineStats:
 
 
 class StatsCollector:
-    """Accumulates per-step engine stats; one per engine run."""
+    """Accumulates per-step engine stats; one per engine run. The latency windows may be
+    the engine's own, shared by every run, so their histograms survive restarts."""
 
-    def __init__(self, on_spec: Callable[[int, int], object] | None = None) -> None:
+    def __init__(
+        self,
+        on_spec: Callable[[int, int], object] | None = None,
+        *,
+        ttft: LatencyWindow | None = None,
+        per_token: LatencyWindow | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._on_spec = on_spec
         self.steps = 0
@@ -86,8 +93,10 @@ class StatsCollector:
         self.spec_draft_tokens = 0
         self.spec_accepted = 0
         self.kv_capacity_tokens: int | None = None
-        self.ttft = LatencyWindow()
-        self.per_token = LatencyWindow()
+        self.ttft = ttft if ttft is not None else LatencyWindow()
+        self.per_token = (
+            per_token if per_token is not None else LatencyWindow(buckets=TOKEN_BUCKETS_S)
+        )
 
     # -- called by the vLLM stat logger ------------------------------------------------
     def on_config(self, vllm_config: Any) -> None:

@@ -23,7 +23,8 @@ from agent.engine import (
     EngineWontFit,
     load_engine_profile,
 )
-from agent.engine.engine import EngineHealth, EngineInfo, GenerationResult
+from agent.engine.engine import Engine, EngineHealth, EngineInfo, GenerationResult
+from agent.engine.stats import EngineStats
 from agent.supervisor import EngineSupervisor, Trouble, is_out_of_memory, supervised
 from agent.watchdog.events import EventLog
 from agent.watchdog.ladder import ladder_fingerprint
@@ -76,6 +77,9 @@ class StandInEngine:
 
     def core_pids(self) -> list[int]:
         return []
+
+    def stats(self) -> EngineStats:
+        return Engine().stats()  # a stopped engine's figures: what the status needs
 
     async def restart(self, profile: EngineProfile) -> EngineInfo:
         await self.shutdown()

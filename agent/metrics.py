@@ -1,0 +1,370 @@
+"""Prometheus `/metrics` on a loopback port: the status snapshot, rendered for scraping.
+
+One source, three outputs: a scrape calls the same `status_snapshot()` that feeds
+`<prefix>/status` and `agentctl status`, and the same `LatencyWindow`s whose percentiles the
+snapshot shows give the histograms. Nothing here keeps a second set of counters that could
+drift from the status.
+
+The endpoint is served by asyncio on the event loop (no exporter thread): a scrape reads
+the daemon's state between two of its steps, so a snapshot is consistent without locks. It
+answers `GET /metrics` (and `/`), HTTP/1.0 style: one request per connection, bounded
+request size and time. Loopback by default: the numbers name streams and faults, and the
+port has no authentication; scrape through the device's own Prometheus agent or a tunnel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from pipelines.compat import timeout
+from pipelines.latency import LatencyWindow
+
+__all__ = ["Histogram", "MetricsServer", "SnapshotCollector", "families"]
+
+log = structlog.get_logger(__name__)
+
+_NS = "edge_agent"
+_STATES = ("running", "degraded")  # always exported, 0 or 1, so alerts can use `== 1`
+_ENGINE_STATES = ("running", "starting", "degraded", "refused", "stopped", "dead")
+_LEVELS = {"ok": 0, "warn": 1, "critical": 2}
+_MAX_REQUEST = 8192
+_REQUEST_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One latency histogram: a metric name (without namespace), help and labels."""
+
+    name: str
+    doc: str
+    window: LatencyWindow
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[Metric]:
+    """The metric families of one status snapshot (agent.daemon.Daemon.status_snapshot)."""
+    out = _Families()
+    out.gauge(
+        "info",
+        "Build and identity; always 1.",
+        1,
+        version=str(snap.get("version")),
+        device_id=str(snap.get("device_id")),
+        profile=str(snap.get("profile")),
+    )
+    state = str(snap.get("state"))
+    for s in {*_STATES, state}:
+        out.gauge("state", "1 for the service's current state.", int(s == state), state=s)
+    out.gauge("uptime_seconds", "Seconds since the service started.", snap.get("uptime_s"))
+
+    mqtt = snap.get("mqtt", {})
+    out.gauge(
+        "mqtt_connected", "1 while connected to the broker.", int(bool(mqtt.get("connected")))
+    )
+    out.counter("mqtt_connects", "Successful broker connections.", mqtt.get("connects"))
+    out.counter("mqtt_disconnects", "Broker connections lost.", mqtt.get("disconnects"))
+
+    ingest = snap.get("ingest", {})
+    out.counter("segments_received", "Transcript payloads received.", ingest.get("received"))
+    out.counter("segments_accepted", "Transcript segments accepted.", ingest.get("accepted"))
+    for reason, n in ingest.get("rejected", {}).items():
+        out.counter("segments_rejected", "Payloads rejected, by reason.", n, reason=reason)
+    for reason, n in ingest.get("duplicates", {}).items():
+        out.counter("segments_duplicate", "Segments merged away as overlap.", n, reason=reason)
+
+    queue = snap.get("queue", {})
+    out.gauge("queue_depth", "Items waiting, by queue.", queue.get("depth"), queue="ingest")
+    out.gauge("queue_capacity", "Bound of each queue.", queue.get("max"), queue="ingest")
+    out.counter("queue_shed", "Items shed from a full queue.", queue.get("shed"), queue="ingest")
+    outbox = snap.get("outbox", {})
+    out.gauge(
+        "outbox_depth", "Alert events not yet acknowledged by the broker.", outbox.get("depth")
+    )
+    out.gauge("outbox_capacity", "Bound of the outbox.", outbox.get("max"))
+    out.counter("outbox_shed", "Alert events dropped from a full outbox.", outbox.get("shed"))
+
+    detect = snap.get("detect", {})
+    out.counter("keyword_matches", "Keyword-tier matches.", detect.get("keyword_matches"))
+    out.counter(
+        "llm_faults", "Faults the LLM reported and the checks accepted.", detect.get("llm_faults")
+    )
+    out.counter("detect_errors", "Segments whose detection failed (a bug).", detect.get("errors"))
+
+    alerts = snap.get("alerts", {})
+    for kind, n in alerts.get("events", {}).items():
+        out.counter("alert_events", "Alert lifecycle events, by type.", n, type=kind)
+    for fault, n in alerts.get("by_fault", {}).items():
+        out.counter("alerts", "New alerts, by fault.", n, fault=fault)
+    out.gauge("alerts_active", "Alerts currently active.", snap.get("active_alerts"))
+    out.counter(
+        "alerts_published", "Alert events the broker acknowledged.", alerts.get("published")
+    )
+    out.counter(
+        "publish_failures",
+        "Alert publishes not acknowledged in time.",
+        alerts.get("publish_failures"),
+    )
+    errors = snap.get("errors", {})
+    out.counter("errors_reported", "Error events published.", errors.get("reported"))
+    out.counter("errors_suppressed", "Error events over the rate limit.", errors.get("suppressed"))
+
+    _memory(out, snap.get("watchdog", {}))
+    _engine(out, snap.get("llm", {}))
+    _streams(out, snap.get("streams", {}))
+
+    control = snap.get("control")
+    if control is not None:
+        out.counter("control_requests", "Control socket requests.", control.get("requests"))
+        out.counter("control_refused", "Control connections refused.", control.get("refused"))
+
+    for h in histograms:
+        out.histogram(h)
+    return out.done()
+
+
+def _memory(out: _Families, wd: Mapping[str, Any]) -> None:
+    level = wd.get("level")
+    if level in _LEVELS:
+        out.gauge("memory_level", "Watchdog level: 0 ok, 1 warn, 2 critical.", _LEVELS[level])
+    mem = wd.get("memory") or {}
+    limits = wd.get("thresholds", {})
+    for kind, avail, crit in (
+        ("host", mem.get("mem_available"), limits.get("host_critical_bytes")),
+        ("gpu", mem.get("gpu_free"), limits.get("gpu_critical_bytes")),
+    ):
+        out.gauge(
+            "memory_available_bytes", "Available (host) or free (GPU) memory.", avail, memory=kind
+        )
+        out.gauge("memory_critical_bytes", "The watchdog's critical line.", crit, memory=kind)
+        if avail is not None and crit is not None:
+            out.gauge(
+                "memory_headroom_bytes",
+                "Available memory above the critical line (restart one rung down at 0).",
+                avail - crit,
+                memory=kind,
+            )
+    out.gauge("memory_total_bytes", "Host memory.", mem.get("mem_total"), memory="host")
+    out.gauge("memory_total_bytes", "Host memory.", mem.get("gpu_total"), memory="gpu")
+    for kind in ("some", "full"):
+        out.gauge(
+            "memory_pressure_avg10",
+            "Memory PSI, 10 s average (%).",
+            mem.get(f"psi_{kind}_avg10"),
+            kind=kind,
+        )
+    for proc in ("service", "engine"):
+        out.gauge("process_rss_bytes", "Resident memory.", mem.get(f"{proc}_rss"), process=proc)
+
+
+def _engine(out: _Families, llm: Mapping[str, Any]) -> None:
+    out.gauge("llm_enabled", "1 when the LLM tier is configured.", int(bool(llm.get("enabled"))))
+    state = llm.get("state")
+    if state is None:
+        return
+    for s in {*_ENGINE_STATES, str(state)}:
+        out.gauge("engine_state", "1 for the engine's current state.", int(s == state), state=s)
+    rung = llm.get("rung", {})
+    out.gauge(
+        "engine_rung", "The watchdog ladder's rung (0: the profile as written).", rung.get("index")
+    )
+    for reason, n in llm.get("restarts_by_reason", {}).items():
+        out.counter("engine_restarts", "Engine restarts, by reason.", n, reason=reason)
+    out.gauge(
+        "engine_requests_in_flight",
+        "Requests the engine is serving.",
+        llm.get("requests_in_flight"),
+    )
+    eng = llm.get("engine", {})
+    out.gauge("engine_kv_cache_usage_ratio", "KV cache in use (0-1).", eng.get("kv_cache_usage"))
+    out.gauge(
+        "engine_prefix_cache_hit_ratio",
+        "Prefix-cache hits / queries, this engine run.",
+        eng.get("prefix_cache_hit_rate"),
+    )
+    out.gauge(
+        "engine_spec_acceptance_ratio",
+        "Speculative tokens accepted / drafted, this engine run.",
+        eng.get("spec_acceptance_rate"),
+    )
+    out.gauge(
+        "engine_waiting_requests", "Requests queued in the engine.", eng.get("num_waiting_reqs")
+    )
+    analysis = llm.get("analysis")
+    if analysis is not None:
+        out.counter("analyses", "LLM analyses completed.", analysis.get("analyses"))
+        out.gauge(
+            "analysis_waiting_streams", "Streams with unanalysed text.", analysis.get("waiting")
+        )
+        out.gauge(
+            "analysis_prefix_hit_ratio",
+            "Prompt tokens served from the prefix cache.",
+            analysis.get("prefix_hit_rate"),
+        )
+
+
+def _streams(out: _Families, streams: Mapping[str, Any]) -> None:
+    for sid, st in streams.items():
+        out.counter(
+            "stream_segments", "Segments processed, by stream.", st.get("segments"), stream=sid
+        )
+        out.gauge(
+            "stream_last_segment_age_seconds",
+            "Seconds since the stream's last segment.",
+            st.get("last_segment_age_s"),
+            stream=sid,
+        )
+        out.gauge(
+            "stream_active_alerts",
+            "Active alerts, by stream.",
+            st.get("active_alerts", 0),
+            stream=sid,
+        )
+        ctx = st.get("context")
+        if ctx is not None:
+            out.gauge(
+                "stream_context_tokens",
+                "Tokens in the stream's rolling window.",
+                ctx.get("tokens"),
+                stream=sid,
+            )
+
+
+class _Families:
+    """Collects samples into one family per name (Prometheus wants each name once)."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
+
+    def gauge(self, name: str, doc: str, value: Any, **labels: str) -> None:
+        self._add(GaugeMetricFamily, name, doc, value, labels)
+
+    def counter(self, name: str, doc: str, value: Any, **labels: str) -> None:
+        self._add(CounterMetricFamily, name, doc, value, labels)
+
+    def histogram(self, h: Histogram) -> None:
+        full = f"{_NS}_{h.name}"
+        fam = self._families.get(full)
+        if fam is None:
+            fam = HistogramMetricFamily(full, h.doc, labels=list(h.labels))
+            self._families[full] = fam
+        buckets = [(_le(bound), float(n)) for bound, n in h.window.cumulative()]
+        assert isinstance(fam, HistogramMetricFamily)
+        fam.add_metric(list(h.labels.values()), buckets, h.window.sum)
+
+    def _add(
+        self,
+        kind: Callable[..., Metric],
+        name: str,
+        doc: str,
+        value: Any,
+        labels: Mapping[str, str],
+    ) -> None:
+        if value is None:  # unknown (no sample yet, no GPU): absent, not zero
+            return
+        full = f"{_NS}_{name}"
+        fam = self._families.get(full)
+        if fam is None:
+            fam = kind(full, doc, labels=list(labels))
+            self._families[full] = fam
+        fam.add_metric(list(labels.values()), float(value))  # type: ignore[attr-defined]
+
+    def done(self) -> list[Metric]:
+        return list(self._families.values())
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if math.isinf(bound) else repr(bound)
+
+
+class SnapshotCollector(Collector):
+    """A prometheus_client collector over the daemon's snapshot and latency windows."""
+
+    def __init__(
+        self,
+        snapshot: Callable[[], Mapping[str, Any]],
+        histograms: Callable[[], Iterable[Histogram]],
+    ) -> None:
+        self._snapshot = snapshot
+        self._histograms = histograms
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self._snapshot(), self._histograms())
+
+
+class MetricsServer:
+    """`GET /metrics` on host:port, served on the event loop."""
+
+    def __init__(self, host: str, port: int, collector: Collector) -> None:
+        self.host = host
+        self.port = port
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self.scrapes = 0
+        self.bad_requests = 0
+        self._server: asyncio.Server | None = None
+
+    @property
+    def address(self) -> str | None:
+        """host:port once listening (the real port when configured as 0)."""
+        if self._server is None or not self._server.sockets:
+            return None
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"{host}:{port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, limit=_MAX_REQUEST
+        )
+        log.info("metrics.listening", address=self.address)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with timeout(_REQUEST_TIMEOUT_S):
+                status, body, ctype = await self._answer(reader)
+            head = (
+                f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            self.bad_requests += 1  # a client that hung up or dawdled costs nothing more
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[str, bytes, str]:
+        head = await reader.readuntil(b"\r\n\r\n")  # over `limit`: LimitOverrunError
+        parts = head.split(b"\r\n", 1)[0].split()
+        if len(parts) != 3 or parts[0] != b"GET":
+            self.bad_requests += 1
+            return "405 Method Not Allowed", b"GET /metrics\n", "text/plain"
+        path = parts[1].split(b"?", 1)[0]
+        if path not in (b"/metrics", b"/"):
+            self.bad_requests += 1
+            return "404 Not Found", b"GET /metrics\n", "text/plain"
+        self.scrapes += 1
+        body = generate_latest(self.registry)
+        return "200 OK", body, CONTENT_TYPE_LATEST
