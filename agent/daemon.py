@@ -67,6 +67,8 @@ class Daemon:
         self.cfg = cfg
         self.topics = Topics(cfg.mqtt.topic_prefix)
         self.stats = Stats()
+        for rule in cfg.faults:  # every fault exported from the start, at 0 (docs/metrics.md)
+            self.stats.alerts_by_fault[rule.code] = 0
         self.limits = IngestLimits(
             max_payload_bytes=cfg.ingest.max_payload_bytes,
             max_text_chars=cfg.ingest.max_text_chars,

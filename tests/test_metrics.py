@@ -82,7 +82,8 @@ async def test_the_running_service_serves_metrics_that_agree_with_its_status(
     # one source: the same counters as the status snapshot (published after the scrape's
     # counters settled)
     assert status["ingest"]["received"] == sample(m, "edge_agent_segments_received_total")
-    assert status["alerts"]["by_fault"] == {"motor_overload": 1}
+    assert status["alerts"]["by_fault"]["motor_overload"] == 1
+    assert sample(m, "edge_agent_alerts_total", fault="leak") == 0  # the catalogue, at 0
 
     # the segment-to-alert histogram: one observation, buckets cumulative, +Inf == count
     labels = {"source": "keyword"}
