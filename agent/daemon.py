@@ -57,6 +57,7 @@ log = structlog.get_logger(__name__)
 _EVIDENCE_CHARS = 500
 _TICK_S = 0.5
 _RETRY_S = 1.0
+_READY_POLL_S = 0.1
 
 
 class Daemon:
@@ -509,6 +510,7 @@ class Daemon:
         ready = False
         last = None
         seen = self._processed
+        next_ping = time.monotonic()
         while True:
             line = self.status_line()
             if not ready and self._serving():
@@ -518,7 +520,8 @@ class Daemon:
             elif ready and line != last:
                 n.status(line)
             last = line
-            if n.ping_interval_s is not None:
+            if n.ping_interval_s is not None and time.monotonic() >= next_ping:
+                next_ping = time.monotonic() + period
                 waiting = len(self.queue) + self._taken - self._processed
                 if waiting > 0 and self._processed == seen:
                     # Work waiting and none done for a whole period: let systemd decide.
@@ -526,7 +529,8 @@ class Daemon:
                 else:
                     n.watchdog()
                 seen = self._processed
-            await asyncio.sleep(period)
+            # Until READY, look often: `systemctl start` waits on it (no lag after connect).
+            await asyncio.sleep(period if ready else min(period, _READY_POLL_S))
 
     def _alerts_last_hour(self) -> int:
         cutoff = time.monotonic() - 3600

@@ -1,7 +1,8 @@
 """The broker connection: connect, announce, subscribe, receive; reconnect with jitter.
 
-One `MqttLink` owns the aiomqtt client. It keeps a persistent session (fixed client id,
-clean_session off) so the broker holds our QoS 1 input while we are away, sets
+One `MqttLink` owns the aiomqtt client. It keeps a persistent session (fixed client id;
+MQTT 5: clean start off and a session expiry, 3.1.1: clean_session off) so the broker
+holds our QoS 1 input while we are away, sets
 `<prefix>/available` to `online` on every connect with `offline` as the last will, and
 `stopped` on a clean close. Publishing waits for the broker's PUBACK (aiomqtt 2.x resolves
 a QoS 1 publish on it), which is what lets the outbox delete a row.
@@ -17,9 +18,12 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from typing import Any
 
 import aiomqtt
 import structlog
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from agent.config.models import MqttSettings
@@ -41,6 +45,7 @@ class Topics:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.transcript_filter = f"{prefix}/streams/+/transcript"
+        self.audio_filter = f"{prefix}/streams/+/audio"
         self.alerts = f"{prefix}/alerts"
         self.available = f"{prefix}/available"
         self.status = f"{prefix}/status"
@@ -48,10 +53,22 @@ class Topics:
 
     def transcript_stream(self, topic: str) -> str | None:
         """The stream id of a transcript topic, or None for any other topic."""
+        return self._stream_of(topic, "/transcript")
+
+    def audio_stream(self, topic: str) -> str | None:
+        """The stream id of an audio topic, or None for any other topic."""
+        return self._stream_of(topic, "/audio")
+
+    def asr_transcript(self, stream_id: str) -> str:
+        """Where our own transcripts of a stream's audio go (not matched by the transcript
+        filter: `+` is one level, so we never read back what we publish)."""
+        return f"{self.prefix}/streams/{stream_id}/transcript/asr"
+
+    def _stream_of(self, topic: str, suffix: str) -> str | None:
         head = f"{self.prefix}/streams/"
-        if not (topic.startswith(head) and topic.endswith("/transcript")):
+        if not (topic.startswith(head) and topic.endswith(suffix)):
             return None
-        stream = topic[len(head) : -len("/transcript")]
+        stream = topic[len(head) : -len(suffix)]
         return stream if stream and "/" not in stream else None
 
 
@@ -70,12 +87,16 @@ class MqttLink:
         topics: Topics,
         on_message: Callable[[aiomqtt.Message], None],
         stats: Stats,
+        *,
+        audio: bool = False,
     ) -> None:
+        """`audio`: subscribe to the streams' audio topics too (asr.enabled)."""
         self._settings = settings
         self._password = password
         self._topics = topics
         self._on_message = on_message
         self._stats = stats
+        self._filters = [topics.transcript_filter, *([topics.audio_filter] if audio else [])]
         self._client: aiomqtt.Client | None = None
         self.connected = asyncio.Event()
         self._disconnected = asyncio.Event()
@@ -93,6 +114,17 @@ class MqttLink:
                 keyfile=str(s.tls.key_file) if s.tls.key_file else None,
                 cert_reqs=ssl.CERT_REQUIRED,
             )
+        session: dict[str, Any]
+        if s.protocol == "5":
+            props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            props.SessionExpiryInterval = s.session_expiry_s
+            session = {
+                "protocol": aiomqtt.ProtocolVersion.V5,
+                "clean_start": False,
+                "properties": props,
+            }
+        else:
+            session = {"protocol": aiomqtt.ProtocolVersion.V311, "clean_session": False}
         return aiomqtt.Client(
             s.host,
             s.port,
@@ -100,7 +132,7 @@ class MqttLink:
             username=s.username,
             password=self._password,
             keepalive=s.keepalive_s,
-            clean_session=False,
+            **session,
             will=aiomqtt.Will(self._topics.available, b"offline", qos=1, retain=True),
             tls_params=tls_params,
             tls_insecure=s.tls.insecure if s.tls.enabled else None,
@@ -139,7 +171,8 @@ class MqttLink:
                 began = time.monotonic()
                 self._client = client
                 await client.publish(self._topics.available, b"online", qos=1, retain=True)
-                await client.subscribe(self._topics.transcript_filter, qos=1)
+                for topic_filter in self._filters:
+                    await client.subscribe(topic_filter, qos=1)
                 self._stats.mqtt_connected = True
                 self._stats.mqtt_connects += 1
                 self._disconnected.clear()

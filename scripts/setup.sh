@@ -19,6 +19,11 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 need=()
 command -v mosquitto >/dev/null || need+=(mosquitto mosquitto-clients)
 pkg-config --exists libsystemd 2>/dev/null || need+=(libsystemd-dev pkg-config)
+# The unit under a real systemd in a container (tests/test_systemd_nspawn.py, root only).
+if [ "$(id -u)" = 0 ]; then
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+  command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+fi
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     say "apt-get install ${need[*]}"

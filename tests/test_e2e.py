@@ -327,3 +327,21 @@ async def test_slow_puback_is_retried_on_a_live_connection(
     assert any(e["event"] == "outbox.publish_deferred" for e in agent.events())
     assert agent.alive
     assert agent.terminate() == 0
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+async def test_input_published_while_the_agent_is_away_is_delivered_on_its_return(
+    agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker, protocol: str
+) -> None:
+    """The persistent session (MQTT 5: clean start off and a session expiry; 3.1.1:
+    clean_session off) makes the broker hold QoS 1 input for the service while it restarts."""
+    first = agent_factory(f"mqtt.protocol={protocol}").start()
+    await watcher.wait_for(lambda w: "online" in _available(w), what="online")
+    assert await asyncio.to_thread(first.terminate) == 0
+    now = time.time()
+    away = {"stream_id": "mic1", "seq": 1, "start": now, "end": now + 4,
+            "text": "emergency stop on line three", "lang": "en"}  # fmt: skip
+    await publish_all(broker.port, segment_items(prefix, [away]))
+    agent_factory(f"mqtt.protocol={protocol}").start()  # same client id: same session
+    await watcher.wait_for(lambda w: len(w.alerts()) >= 1, what="the alert for the held input")
+    assert watcher.alerts()[0]["alert"]["fault"] == "emergency_stop"

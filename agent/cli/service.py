@@ -35,11 +35,20 @@ SocketOpt = Annotated[
 ]
 
 
+# systemd's RuntimeDirectory=edge-agent. The service's $RUNTIME_DIRECTORY is not in an
+# operator's shell, so the config alone points agentctl beside the outbox instead.
+SERVICE_SOCKET = Path("/run/edge-agent/control.sock")
+
+
 def socket_of(config: Path, socket: Path | None) -> Path:
+    """--socket, else the config's socket, else the systemd service's (when it is there)."""
     if socket is not None:
         return socket
     cfg = load_or_exit(config, []).config
-    return cfg.control.socket_path or default_socket_path(cfg.outbox.path)
+    path = cfg.control.socket_path or default_socket_path(cfg.outbox.path)
+    if not path.exists() and SERVICE_SOCKET.exists():
+        return SERVICE_SOCKET
+    return path
 
 
 def ask(path: Path, req: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from typing_extensions import Self
@@ -106,6 +106,19 @@ class MqttSettings(_Model):
         ),
     )
     tls: TlsSettings = Field(default_factory=TlsSettings, title="TLS", description="TLS settings.")
+    protocol: Literal["5", "3.1.1"] = Field(
+        "5",
+        title="MQTT protocol",
+        description="5 carries the user properties audio clips may send (`seq`, `start`); "
+        "3.1.1 for an old broker (clips then take arrival order and time).",
+    )
+    session_expiry_s: int = Field(
+        86400,
+        ge=0,
+        title="Session expiry (MQTT 5)",
+        description="How long the broker keeps our session (subscriptions and queued QoS 1 "
+        "input) while we are away. 3.1.1 sessions last until the broker drops them.",
+    )
     keepalive_s: int = Field(
         30, ge=5, le=3600, title="Keep-alive", description="MQTT keep-alive in seconds."
     )
@@ -137,6 +150,11 @@ class MqttSettings(_Model):
         description="At most this many input-error events a minute on <prefix>/errors; the rest "
         "are counted as suppressed.",
     )
+
+    @field_validator("protocol", mode="before")
+    @classmethod
+    def _protocol_as_text(cls, v: object) -> object:
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v  # YAML `5`
 
     @field_validator("topic_prefix")
     @classmethod
