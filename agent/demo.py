@@ -144,6 +144,14 @@ class _Watch:
         print(_llm_line(self.llm), flush=True)
 
 
+async def _show_status(socket: Path) -> None:
+    """What an operator sees: the real `agentctl status` against the running service."""
+    argv = [sys.executable, "-m", "agent.cli.agentctl", "status", "--socket", str(socket)]
+    print(f"-- agentctl status --socket {socket}")
+    proc = await asyncio.create_subprocess_exec(*argv)
+    await asyncio.wait_for(proc.wait(), 60)
+
+
 async def _replay_and_watch(
     port: int,
     prefix: str,
@@ -152,6 +160,7 @@ async def _replay_and_watch(
     *,
     speed: float,
     llm_enabled: bool,
+    socket: Path,
 ) -> dict[str, int]:
     watch = _Watch(child)
     async with aiomqtt.Client("127.0.0.1", port, identifier="edge-agent-demo-watch") as client:
@@ -175,6 +184,7 @@ async def _replay_and_watch(
         if watch.llm.get("state") == "running":
             await watch.analyses_done()
         await asyncio.sleep(_QUIET_END_S + 3)
+        await _show_status(socket)
         child.send_signal(signal.SIGTERM)
         await asyncio.to_thread(child.wait, 60)
         await asyncio.sleep(0.5)
@@ -195,6 +205,7 @@ def run_demo(config: Path, sample: Path, speed: float, overrides: Sequence[str] 
             [
                 f"mqtt.port={broker.port}",
                 f"outbox.path={work / 'outbox.sqlite'}",
+                f"control.socket_path={work / 'control.sock'}",
                 f"streams.defaults.alerts.quiet_end_s={_QUIET_END_S}",
                 "streams.defaults.alerts.debounce_s=2",
                 "mqtt.status_interval_s=1",
@@ -215,6 +226,7 @@ def run_demo(config: Path, sample: Path, speed: float, overrides: Sequence[str] 
                     child,
                     speed=speed,
                     llm_enabled=loaded.config.llm.enabled,
+                    socket=work / "control.sock",
                 )
             )
         finally:
