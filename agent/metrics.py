@@ -123,6 +123,7 @@ def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[M
     out.counter("errors_reported", "Error events published.", errors.get("reported"))
     out.counter("errors_suppressed", "Error events over the rate limit.", errors.get("suppressed"))
 
+    _asr(out, snap.get("asr", {}))
     _memory(out, snap.get("watchdog", {}))
     _engine(out, snap.get("llm", {}))
     _streams(out, snap.get("streams", {}))
@@ -135,6 +136,44 @@ def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[M
     for h in histograms:
         out.histogram(h)
     return out.done()
+
+
+def _asr(out: _Families, asr: Mapping[str, Any]) -> None:
+    state = asr.get("state")
+    if state in (None, "off"):
+        return
+    for s in {"loading", "ready", "unavailable", str(state)}:
+        out.gauge("asr_state", "1 for the ASR stage's current state.", int(s == state), state=s)
+    out.counter("asr_payloads", "Audio payloads received.", asr.get("received"))
+    for reason, n in asr.get("rejected", {}).items():
+        out.counter("asr_rejected", "Audio payloads refused, by reason.", n, reason=reason)
+    out.counter("asr_clips", "Clips transcribed (silent ones included).", asr.get("clips"))
+    out.counter("asr_silent_clips", "Clips where VAD found no speech.", asr.get("silent_clips"))
+    out.counter("asr_segments", "Transcript segments produced.", asr.get("segments"))
+    out.counter("asr_audio_seconds", "Seconds of audio transcribed.", asr.get("audio_s"))
+    out.gauge(
+        "asr_real_time_factor",
+        "Recognition time / audio time since start (under 1: keeps up).",
+        asr.get("rtf"),
+    )
+    q = asr.get("queue", {})
+    out.gauge("queue_depth", "Items waiting, by queue.", q.get("inbox"), queue="asr_inbox")
+    out.gauge("queue_capacity", "Bound of each queue.", q.get("inbox_max"), queue="asr_inbox")
+    out.counter(
+        "queue_shed", "Items shed from a full queue.", q.get("inbox_shed"), queue="asr_inbox"
+    )
+    out.counter(
+        "queue_shed", "Items shed from a full queue.", q.get("shed_clips"), queue="asr_audio"
+    )
+    out.gauge("asr_queue_seconds", "Seconds of audio waiting for the recogniser.", q.get("seconds"))
+    out.gauge(
+        "asr_queue_capacity_seconds", "The queue's bound in seconds of audio.", q.get("max_total_s")
+    )
+    out.counter("asr_shed_seconds", "Seconds of audio shed from the full queue.", q.get("shed_s"))
+    for sid, seconds in q.get("per_stream_s", {}).items():
+        out.gauge(
+            "stream_asr_queue_seconds", "Seconds of a stream's audio waiting.", seconds, stream=sid
+        )
 
 
 def _memory(out: _Families, wd: Mapping[str, Any]) -> None:

@@ -59,10 +59,11 @@ class Stats:
     def stream(self, stream_id: str) -> StreamStats:
         return self.streams.setdefault(stream_id, StreamStats())
 
-    def arrived(self, stream_id: str, seq: int) -> None:
-        """An accepted segment's arrival (monotonic), for `alert_raised`."""
+    def arrived(self, stream_id: str, seq: int, at: float | None = None) -> None:
+        """An accepted segment's arrival (monotonic), for `alert_raised`; `at`: when the
+        audio it was transcribed from arrived."""
         arrivals = self.stream(stream_id).arrivals
-        arrivals[seq] = time.monotonic()
+        arrivals[seq] = time.monotonic() if at is None else at
         while len(arrivals) > _ARRIVALS_PER_STREAM:
             arrivals.popitem(last=False)
 

@@ -48,6 +48,7 @@ class RejectReason(str, Enum):
     text_too_long = "text_too_long"
     from_future = "from_future"
     too_many_streams = "too_many_streams"
+    invalid_properties = "invalid_properties"  # an audio message's MQTT v5 user properties
 
 
 class InputRejected(Exception):

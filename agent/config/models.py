@@ -19,6 +19,7 @@ from agent.config.merge import deep_merge
 from agent.engine.profile import EngineProfile
 from agent.watchdog.settings import WatchdogSettings
 from pipelines.analysis import AnalysisSettings
+from pipelines.asr.settings import AsrSettings
 from pipelines.detect import FaultRule, KeywordSettings
 
 __all__ = [
@@ -421,6 +422,11 @@ class AgentConfig(_Model):
         default_factory=ControlSettings,
         title="Control",
         description="The local control socket agentctl uses.",
+    )
+    asr: AsrSettings = Field(
+        default_factory=AsrSettings,
+        title="ASR",
+        description="Audio in: faster-whisper transcribes `<prefix>/streams/+/audio`.",
     )
     metrics: MetricsSettings = Field(
         default_factory=MetricsSettings,
