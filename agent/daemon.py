@@ -28,8 +28,12 @@ import structlog
 from agent import __version__
 from agent.audio_link import audio_properties, build_asr_stage, heard_segment
 from agent.config.loader import LoadedConfig, default_socket_path, resolve_mqtt_password
+from agent.config.models import AgentConfig
 from agent.control import ControlServer
 from agent.errors_report import ErrorReporter
+from agent.fleet.manager import FleetManager, Health, effective_config, fleet_targets
+from agent.fleet.planning import plan_verdict
+from agent.fleet.store import FleetStore
 from agent.metrics import Histogram, MetricsServer, SnapshotCollector
 from pipelines.compat import TaskGroup
 
@@ -68,11 +72,15 @@ _EVIDENCE_CHARS = 500
 _TICK_S = 0.5
 _RETRY_S = 1.0
 _READY_POLL_S = 0.1
+_ACK_WAIT_S = 60.0  # an acknowledgement waits this long for the broker, then stays in status
 
 
 class Daemon:
     def __init__(self, loaded: LoadedConfig, *, probe: MemoryProbe | None = None) -> None:
         """`probe` replaces the real memory probe (tests feed measured sequences)."""
+        local, store = loaded, _fleet_store(loaded.config)
+        if store is not None:  # the last known good fleet layers over the local file
+            loaded = effective_config(local, store)
         self.loaded = loaded
         cfg = loaded.config
         self.cfg = cfg
@@ -91,7 +99,7 @@ class Daemon:
         self.queue: SheddingQueue[Segment] = SheddingQueue(cfg.ingest.queue_size)
         self._max_streams = cfg.ingest.max_streams
         self.detector = KeywordDetector(cfg.faults, cfg.keywords)
-        self.tracker = AlertTracker(lambda sid: cfg.streams.for_stream(sid).alerts)
+        self.tracker = AlertTracker(lambda sid: self.cfg.streams.for_stream(sid).alerts)
         self.timelines: dict[str, StreamTimeline] = {}
         self.outbox = Outbox(cfg.outbox.path, cfg.outbox.max_events)
         self.link = MqttLink(
@@ -101,6 +109,9 @@ class Daemon:
             self._on_message,
             self.stats,
             audio=cfg.asr.enabled,
+            extra_filters=[f"{t}/config" for t in fleet_targets(cfg.fleet, cfg.device_id)]
+            if store is not None
+            else (),
         )
         self.errors = ErrorReporter(
             self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
@@ -117,32 +128,7 @@ class Daemon:
         self.llm: EngineSupervisor | None = None
         self.analysis: Analyzer | None = None
         self._codec: EngineCodec | None = None
-        if cfg.llm.enabled and cfg.engine is not None:
-            # Imports transformers (the tokenizer) only when used.
-            from agent.analysis_link import EngineCodec, EngineLlm
-
-            # the loader resolves state_path; a config built in code gets the same default
-            state = cfg.watchdog.state_path or cfg.outbox.path.parent / "watchdog.json"
-            self.llm = EngineSupervisor(
-                cfg.engine,
-                cfg.watchdog,
-                store=RungStore(state),
-                events=self.events,
-                context_tokens=cfg.llm.context_budget(cfg.engine),
-                answer_tokens=cfg.llm.max_output_tokens,
-                on_window=self._on_window,
-            )
-            self._codec = EngineCodec(self.llm)
-            self.analysis = Analyzer(
-                EngineLlm(self.llm),
-                self._codec,
-                cfg.llm,
-                cfg.faults,
-                budget=cfg.llm.context_budget(cfg.engine),
-                on_faults=self._on_llm_faults,
-                priority=self._keyword_alert_streams,
-                disabled_for=lambda sid: cfg.streams.for_stream(sid).disabled_faults,
-            )
+        self._build_llm()
         self.watchdog: MemoryWatchdog | None = None
         if cfg.watchdog.enabled:
             gpu = NvmlGpu() if cfg.watchdog.gpu_warn_bytes is not None else None
@@ -153,11 +139,19 @@ class Daemon:
                 supervisor=self.llm,
             )
         self.control, self.metrics = self._local_servers()
+        self.fleet: FleetManager | None = None
+        if store is not None:
+            self.fleet = FleetManager(
+                self, local, store, self._publish_ack, plan_check=plan_verdict
+            )
+        self._health_mark = 0  # segments processed at the last health check (fleet gate)
         self._new_alerts: deque[float] = deque()  # times of `new` events in the last hour
         self._alerts_today: tuple[str, int] = (time.strftime("%Y-%m-%d"), 0)
         self.notifier = SystemdNotifier()
         self._processed = 0  # segments through the detector: the watchdog's progress mark
         self._taken = 0  # segments the detector took off the queue
+        self._tg: TaskGroup | None = None
+        self._llm_tasks: list[asyncio.Task[None]] = []
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
 
@@ -167,6 +161,9 @@ class Daemon:
         topic = message.topic.value
         payload = message.payload
         raw = payload if isinstance(payload, bytes | bytearray) else str(payload).encode()
+        if self.fleet is not None and self.fleet.target_of(topic) is not None:
+            self.fleet.submit(topic, bytes(raw))
+            return
         if self.asr is not None and (audio_stream := self.topics.audio_stream(topic)):
             self._on_audio(audio_stream, topic, bytes(raw), message.properties)
             return
@@ -226,7 +223,8 @@ class Daemon:
             self.asr.rejected[exc.reason.value] += 1
             self.errors.report(topic, exc.reason.value, len(payload), exc.detail)
             return
-        self.asr.submit(AudioIn(stream_id, payload, topic, seq=seq, start=start))
+        language = self.cfg.streams.for_stream(stream_id).language
+        self.asr.submit(AudioIn(stream_id, payload, topic, seq=seq, start=start, language=language))
 
     def _on_heard(self, heard: list[Heard]) -> None:
         """The ASR stage's segments take the transcript path; optionally published too."""
@@ -480,6 +478,7 @@ class Daemon:
                 "refused": self.control.refused,
                 "follow_shed": self.control.follow_shed,
             }
+        snap["fleet"] = self.fleet.snapshot() if self.fleet is not None else {"enabled": False}
         if self.asr is not None:
             snap["asr"] = {
                 **self.asr.snapshot(),
@@ -556,6 +555,14 @@ class Daemon:
                 return {"ok": False, "error": f"engine is {self.llm.state}: nothing to restart"}
             log.warning("control.engine_restart", rung=self.llm.rung.index)
             return {"ok": True, "state": self.llm.state}
+        if cmd == "fleet":
+            fleet = self.fleet.snapshot() if self.fleet is not None else {"enabled": False}
+            return {"ok": True, "fleet": fleet}
+        if cmd == "fault.pause_fleet_apply" and self.cfg.control.fault_injection:
+            if self.fleet is None:
+                return {"ok": False, "error": "fleet.enabled is false"}
+            self.fleet.pause_before_apply_s = float(req.get("seconds", 0))
+            return {"ok": True}
         if cmd == "fault.block_loop" and self.cfg.control.fault_injection:
             seconds = float(req.get("seconds", 0))
             log.warning("control.fault_injection", blocked_s=seconds)
@@ -660,23 +667,18 @@ class Daemon:
                         tg.create_task(self.asr.run(), name="asr"),
                         tg.create_task(self._asr_publish_loop(), name="asr.publish"),
                     ]
-                if self.llm is not None:
-                    background.append(tg.create_task(self.llm.run(), name="engine.supervisor"))
-                analysis = (
-                    tg.create_task(self.analysis.run(), name="analysis")
-                    if self.analysis is not None
-                    else None
-                )
+                if self.fleet is not None:
+                    background.append(tg.create_task(self.fleet.run(), name="fleet"))
+                self._tg = tg
+                self._start_llm_tasks()
                 await stop.wait()
                 self.notifier.stopping()
                 log.info("agent.stopping", queued=len(self.queue), outbox_pending=self.outbox.depth)
                 await self._drain_input(drain_timeout_s)
                 detect.cancel()
-                if analysis is not None:
-                    # Before the final flush: an analysis cancelled later could land between
-                    # the tracker and the outbox and lose its event.
-                    analysis.cancel()
-                    await asyncio.wait([analysis])  # its end, without taking its CancelledError
+                # Before the final flush: an analysis cancelled later could land between
+                # the tracker and the outbox and lose its event.
+                await self._stop_llm_tasks(engine=False)
                 async with self._processing:
                     await self._persist(self.tracker.flush())
                 await self._drain_outbox(drain_timeout_s)
@@ -698,6 +700,83 @@ class Daemon:
         finally:
             await self._close()
 
+    def _start_llm_tasks(self) -> None:
+        assert self._tg is not None
+        if self.llm is not None:
+            self._llm_tasks.append(self._tg.create_task(self.llm.run(), name="engine.supervisor"))
+        if self.analysis is not None:
+            self._llm_tasks.append(self._tg.create_task(self.analysis.run(), name="analysis"))
+
+    async def _stop_llm_tasks(self, *, engine: bool) -> None:
+        """Cancel the analyzer and supervisor tasks (waiting for their end without taking
+        their CancelledError); with `engine`, stop the engine too."""
+        tasks, self._llm_tasks = self._llm_tasks, []
+        for task in reversed(tasks):  # the analyzer first: it calls the engine
+            task.cancel()
+            await asyncio.wait([task])
+        if engine:
+            if self.llm is not None:
+                await self.llm.stop()
+            if self._codec is not None:
+                self._codec.close()
+
+    async def apply_config(self, loaded: LoadedConfig, *, engine: bool) -> None:
+        """A new configuration, live (agent.fleet). The keyword tier's catalogue, stream
+        settings and the watchdog's thresholds change between two segments; with `engine`,
+        the slow tier is rebuilt on the new profile (the keyword tier runs throughout)."""
+        cfg = loaded.config
+        async with self._processing:  # no segment half through the old catalogue
+            self.loaded, self.cfg = loaded, cfg
+            self.detector = KeywordDetector(cfg.faults, cfg.keywords)
+            for rule in cfg.faults:
+                self.stats.alerts_by_fault.setdefault(rule.code, 0)
+            if self.watchdog is not None:
+                self.watchdog.reconfigure(cfg.watchdog)
+            if self.analysis is not None and not engine:
+                self.analysis.set_catalogue(cfg.faults)
+        if engine:
+            await self._stop_llm_tasks(engine=True)
+            self._build_llm()
+            if self.watchdog is not None:
+                self.watchdog.supervisor = self.llm
+            self._start_llm_tasks()
+        self._status_kick.set()
+
+    # -- fleet (agent.fleet.manager.FleetHost) ------------------------------------------
+
+    def health(self, *, engine: bool) -> Health:
+        """The fleet's health gate: MQTT connected, the pipeline making progress, and with
+        the LLM tier (after an engine change) the engine serving."""
+        if not self.link.connected.is_set():
+            return Health(False, waiting="MQTT not connected")
+        waiting = len(self.queue) + self._taken - self._processed
+        progressed = self._processed > self._health_mark
+        self._health_mark = self._processed
+        if waiting > 0 and not progressed:
+            return Health(False, waiting=f"{waiting} segments waiting, none processed")
+        if engine and self.cfg.llm.enabled:
+            state = self.llm.state if self.llm is not None else "absent"
+            detail = self.llm.detail if self.llm is not None else None
+            if state in ("refused", "degraded", "absent"):
+                return Health(False, failed=f"engine {state}: {detail}")
+            if state != "running":
+                return Health(False, waiting=f"engine {state}")
+        return Health(True)
+
+    def critical_analysis_running(self) -> bool:
+        if self.analysis is None:
+            return False
+        critical = {a.stream_id for a in self.tracker.active() if a.severity == "critical"}
+        return bool(critical & self.analysis.running_streams())
+
+    async def _publish_ack(self, body: dict[str, Any]) -> None:
+        """Retained, so a fleet tool sees each device's last answer whenever it looks."""
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        with contextlib.suppress(NotConnectedError, asyncio.TimeoutError):
+            await asyncio.wait_for(self.link.connected.wait(), _ACK_WAIT_S)
+            await self.link.publish(self.topics.config_ack, payload, retain=True)
+        self._status_kick.set()
+
     async def _close(self) -> None:
         """What run() holds, released whether it ended cleanly or not."""
         if self.llm is not None:
@@ -712,6 +791,39 @@ class Daemon:
             self.asr.close()
         await self.outbox.close()
         log.info("agent.stopped", outbox_pending=self.outbox.depth)
+
+    def _build_llm(self) -> None:
+        """The slow tier for the current config: supervisor, tokenizer codec, analyzer (or
+        none of them). Called at construction and when a fleet change restarts the engine."""
+        cfg = self.cfg
+        self.llm, self._codec, self.analysis = None, None, None
+        if not (cfg.llm.enabled and cfg.engine is not None):
+            return
+        # Imports transformers (the tokenizer) only when used.
+        from agent.analysis_link import EngineCodec, EngineLlm
+
+        # the loader resolves state_path; a config built in code gets the same default
+        state = cfg.watchdog.state_path or cfg.outbox.path.parent / "watchdog.json"
+        self.llm = EngineSupervisor(
+            cfg.engine,
+            cfg.watchdog,
+            store=RungStore(state),
+            events=self.events,
+            context_tokens=cfg.llm.context_budget(cfg.engine),
+            answer_tokens=cfg.llm.max_output_tokens,
+            on_window=self._on_window,
+        )
+        self._codec = EngineCodec(self.llm)
+        self.analysis = Analyzer(
+            EngineLlm(self.llm),
+            self._codec,
+            cfg.llm,
+            cfg.faults,
+            budget=cfg.llm.context_budget(cfg.engine),
+            on_faults=self._on_llm_faults,
+            priority=self._keyword_alert_streams,
+            disabled_for=lambda sid: self.cfg.streams.for_stream(sid).disabled_faults,
+        )
 
     def _local_servers(self) -> tuple[ControlServer | None, MetricsServer | None]:
         """agentctl's socket and /metrics, as configured (started by run())."""
@@ -763,3 +875,9 @@ class Daemon:
         deadline = time.monotonic() + limit_s
         while self.outbox.depth and self.link.connected.is_set() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+
+
+def _fleet_store(cfg: AgentConfig) -> FleetStore | None:
+    if not cfg.fleet.enabled:
+        return None
+    return FleetStore(cfg.fleet.state_dir or cfg.outbox.path.parent / "fleet")

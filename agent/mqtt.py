@@ -17,7 +17,7 @@ import asyncio
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiomqtt
@@ -50,6 +50,7 @@ class Topics:
         self.available = f"{prefix}/available"
         self.status = f"{prefix}/status"
         self.errors = f"{prefix}/errors"
+        self.config_ack = f"{prefix}/config/ack"
 
     def transcript_stream(self, topic: str) -> str | None:
         """The stream id of a transcript topic, or None for any other topic."""
@@ -89,14 +90,20 @@ class MqttLink:
         stats: Stats,
         *,
         audio: bool = False,
+        extra_filters: Sequence[str] = (),
     ) -> None:
-        """`audio`: subscribe to the streams' audio topics too (asr.enabled)."""
+        """`audio`: subscribe to the streams' audio topics too (asr.enabled);
+        `extra_filters`: more subscriptions (the fleet's document topics)."""
         self._settings = settings
         self._password = password
         self._topics = topics
         self._on_message = on_message
         self._stats = stats
-        self._filters = [topics.transcript_filter, *([topics.audio_filter] if audio else [])]
+        self._filters = [
+            topics.transcript_filter,
+            *([topics.audio_filter] if audio else []),
+            *extra_filters,
+        ]
         self._client: aiomqtt.Client | None = None
         self.connected = asyncio.Event()
         self._disconnected = asyncio.Event()

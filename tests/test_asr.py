@@ -336,9 +336,11 @@ async def test_a_burst_over_the_queue_sheds_the_oldest_and_the_newest_still_aler
 async def test_mandarin_from_pinyin_speech_alerts(
     agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker
 ) -> None:
-    """espeak-ng's Mandarin from tone-numbered pinyin; the base model with the Chinese fault
-    words as its prompt hears 温度超过上限 (measured: 温度超广线 without them)."""
-    agent_factory("asr.enabled=true").start()
+    """espeak-ng's Mandarin from tone-numbered pinyin, on a stream configured as Chinese;
+    the base model with the Chinese fault words as its prompt hears 温度超过上限 (measured:
+    温度超过线 with the labels alone). Auto-detection on this robotic clip flipped between
+    zh and en from run to run: a microphone's language belongs in its stream's settings."""
+    agent_factory("asr.enabled=true", "streams.overrides.mic-zh.language=zh").start()
     await watcher.wait_for(lambda w: _asr(w).get("state") == "ready", timeout=60, what="ASR ready")
     zh = speak("wen1 du4 chao1 guo4 shang4 xian4", voice="cmn-latn-pinyin")
     await publish_audio(broker.port, [(f"{prefix}/streams/mic-zh/audio", zh, {})])

@@ -12,11 +12,13 @@ import yaml
 
 from agent.cli import service
 from agent.cli.common import DEFAULT_CONFIG, load_or_exit
+from agent.cli.fleet import fleet_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 config_app = typer.Typer(no_args_is_help=True, help="Validate and show configuration.")
 app.add_typer(config_app, name="config")
 service.register(app)
+app.add_typer(fleet_app, name="fleet")
 
 SetOpt = Annotated[
     list[str] | None, typer.Option("--set", help="Override a key: --set mqtt.port=1884.")

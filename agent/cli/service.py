@@ -150,6 +150,26 @@ def _age(s: Any) -> str:
     return "-" if s is None else f"{s:.0f} s ago"
 
 
+def _service_rows(st: dict[str, Any], head: Table) -> None:
+    """The audio stage and the fleet's applied versions, when they are on."""
+    asr = st.get("asr") or {}
+    if asr.get("state", "off") != "off":
+        aq = asr.get("queue") or {}
+        rtf = asr.get("rtf")
+        head.add_row(
+            "asr",
+            f"{asr.get('state')} ({asr.get('model')}, {asr.get('device')} "
+            f"{asr.get('compute_type')}): {asr.get('clips')} clips, "
+            f"RTF {'-' if rtf is None else rtf}, queue {aq.get('seconds')}/"
+            f"{aq.get('max_total_s')} s (shed {aq.get('shed_clips')} clips)"
+            + (f", refused {sum(asr['rejected'].values())}" if asr.get("rejected") else ""),
+        )
+    fleet = st.get("fleet") or {}
+    if fleet.get("enabled"):
+        applied = ", ".join(f"{t} v{v}" for t, v in (fleet.get("applied") or {}).items())
+        head.add_row("config", f"fleet: {applied or 'local file only'} ({fleet.get('phase')})")
+
+
 def render_status(st: dict[str, Any], console: Console) -> None:
     llm = st.get("llm") or {}
     wd = st.get("watchdog") or {}
@@ -191,18 +211,7 @@ def render_status(st: dict[str, Any], console: Console) -> None:
         f"ingest {q.get('depth')}/{q.get('max')} (shed {q.get('shed')}), "
         f"outbox {ob.get('depth')} (shed {ob.get('shed')})",
     )
-    asr = st.get("asr") or {}
-    if asr.get("state", "off") != "off":
-        aq = asr.get("queue") or {}
-        rtf = asr.get("rtf")
-        head.add_row(
-            "asr",
-            f"{asr.get('state')} ({asr.get('model')}, {asr.get('device')} "
-            f"{asr.get('compute_type')}): {asr.get('clips')} clips, "
-            f"RTF {'-' if rtf is None else rtf}, queue {aq.get('seconds')}/"
-            f"{aq.get('max_total_s')} s (shed {aq.get('shed_clips')} clips)"
-            + (f", refused {sum(asr['rejected'].values())}" if asr.get("rejected") else ""),
-        )
+    _service_rows(st, head)
     head.add_row(
         "alerts",
         f"{st.get('active_alerts')} active, {st.get('alerts_last_hour')} new in the last hour",

@@ -70,6 +70,11 @@ class LoadedConfig:
     profile_path: Path | None
     profile_description: str | None
     provenance: Mapping[KeyPath, Where] = field(repr=False)
+    # What it was loaded with, so the same file can be loaded again under other layers
+    # (a fleet document is validated exactly as the running configuration was).
+    overrides: tuple[str, ...] = ()
+    profile_option: str | None = None
+    layers: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=(), repr=False)
 
 
 def _key_lines(node: yaml.Node, source: str, prefix: KeyPath, out: dict[KeyPath, Where]) -> None:
@@ -190,14 +195,20 @@ def load_config(
     *,
     overrides: Sequence[str] = (),
     profile: str | None = None,
+    layers: Sequence[tuple[str, Mapping[str, Any]]] = (),
 ) -> LoadedConfig:
-    """Read, merge and validate: profile < agent file < `overrides` (KEY.PATH=VALUE strings).
+    """Read, merge and validate: profile < agent file < `layers` (fleet documents, each
+    named by its source) < `overrides` (KEY.PATH=VALUE strings).
 
     Raises:
         ConfigError: with one located issue per problem found.
     """
     config_path = config_path.resolve()
     data, provenance = _read_yaml(config_path)
+    for source, layer in layers:
+        data = deep_merge(data, layer)
+        for path in _flat_paths(layer):
+            provenance[path] = (source, None)
     override_data: dict[str, Any] = {}
     for option in overrides:
         layer = parse_set_option(option)
@@ -253,6 +264,9 @@ def load_config(
         profile_path=profile_path,
         profile_description=str(description) if description is not None else None,
         provenance=full_provenance,
+        overrides=tuple(overrides),
+        profile_option=profile,
+        layers=tuple(layers),
     )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "AlertOverride",
     "AlertSettings",
     "ControlSettings",
+    "FleetSettings",
     "IngestSettings",
     "LlmSettings",
     "LocatedError",
@@ -323,6 +324,45 @@ class ControlSettings(_Model):
     )
 
 
+class FleetSettings(_Model):
+    """Fleet configuration over MQTT (docs/fleet.md). Never remotely settable itself."""
+
+    enabled: bool = Field(
+        False, title="Fleet config", description="Take signed documents from the broker."
+    )
+    groups: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]] = Field(
+        default_factory=list,
+        title="Groups",
+        description="This device's groups: documents on fleet/<group>/config apply, in this "
+        "order, then fleet/device/<device_id>/config.",
+    )
+    trusted_keys_dir: Path = Field(
+        Path("/etc/edge-agent/trusted_keys"),
+        title="Trusted keys",
+        description="Ed25519 public keys, one <key_id>.pub PEM file each. Relative paths are "
+        "resolved from the config file's folder.",
+    )
+    health_gate_s: float = Field(
+        180.0,
+        gt=0,
+        title="Health gate (s)",
+        description="After an apply, how long the engine, MQTT and the pipeline have to prove "
+        "healthy before the change is rolled back (a cold GPU engine start needs minutes).",
+    )
+    defer_max_s: float = Field(
+        300.0,
+        ge=0,
+        title="Longest deferral (s)",
+        description="An engine-restarting change waits while a critical alert's analysis "
+        "runs, at most this long.",
+    )
+    state_dir: Path | None = Field(
+        None,
+        title="State folder",
+        description="Applied layers and the pending apply. None: fleet/ beside the outbox.",
+    )
+
+
 class MetricsSettings(_Model):
     enabled: bool = Field(
         True, title="Metrics", description="Serve Prometheus `/metrics` (agent.metrics)."
@@ -422,6 +462,12 @@ class AgentConfig(_Model):
         default_factory=ControlSettings,
         title="Control",
         description="The local control socket agentctl uses.",
+    )
+    fleet: FleetSettings = Field(
+        default_factory=FleetSettings,
+        title="Fleet",
+        description="Signed configuration documents from the broker, applied with a health "
+        "gate and rolled back by themselves.",
     )
     asr: AsrSettings = Field(
         default_factory=AsrSettings,

@@ -71,6 +71,7 @@ class AudioIn:
     topic: str
     seq: int | None = None  # MQTT v5 user property, if sent
     start: float | None = None  # epoch seconds, MQTT v5 user property, if sent
+    language: str | None = None  # the stream's configured language; None: detect it
     arrived: float = field(default_factory=time.time)
     arrived_mono: float = field(default_factory=time.monotonic)
 
@@ -106,7 +107,9 @@ class Transcript:
 class Recognizer(Protocol):
     """Blocking; called only from the stage's recogniser thread."""
 
-    def transcribe(self, samples: npt.NDArray[np.float32]) -> Transcript: ...
+    def transcribe(
+        self, samples: npt.NDArray[np.float32], language: str | None = None
+    ) -> Transcript: ...
 
 
 class WhisperRecognizer:
@@ -129,22 +132,26 @@ class WhisperRecognizer:
         if not self.multilingual:
             langs = ["en"]
         self.languages = langs
-        self.prompts = {
-            lang: catalogue_prompt(faults, lang, settings.initial_prompt)
-            if settings.prompt_from_catalogue
-            else settings.initial_prompt
-            for lang in langs
-        }
+        self.faults = list(faults)
+        self.prompts = {lang: self._prompt(lang) for lang in langs}
         # An options object, not a dict: detect_language() does not convert one.
         self.vad_options = VadOptions(min_silence_duration_ms=settings.vad_min_silence_ms)
 
-    def transcribe(self, samples: npt.NDArray[np.float32]) -> Transcript:
+    def transcribe(
+        self, samples: npt.NDArray[np.float32], language: str | None = None
+    ) -> Transcript:
+        """`language`: the stream's own (streams.<id>.language), used when this model
+        speaks it; else detected among asr.languages. A stream with a known language should
+        say so: detection on a short, noisy clip can flip between close candidates."""
         from faster_whisper.vad import get_speech_timestamps
 
         s = self.s
         if s.vad and not get_speech_timestamps(samples, self.vad_options):
             return Transcript(None, [], speech=False)  # silence: skip the decoder entirely
-        lang = self._language(samples)
+        known = language if language and (self.multilingual or language == "en") else None
+        lang = known or self._language(samples)
+        if lang not in self.prompts:
+            self.prompts[lang] = self._prompt(lang)
         segments, _info = self.model.transcribe(
             samples,
             language=lang,
@@ -173,6 +180,11 @@ class WhisperRecognizer:
             if text:
                 out.append((seg.start, seg.end, text))
         return Transcript(lang, out, speech=True)
+
+    def _prompt(self, lang: str) -> str | None:
+        if not self.s.prompt_from_catalogue:
+            return self.s.initial_prompt
+        return catalogue_prompt(self.faults, lang, self.s.initial_prompt)
 
     def _language(self, samples: npt.NDArray[np.float32]) -> str:
         if len(self.languages) == 1:
@@ -338,7 +350,7 @@ class AsrStage:
             try:
                 t0 = time.perf_counter()
                 result = await loop.run_in_executor(
-                    self._worker, recognizer.transcribe, item.clip.samples
+                    self._worker, recognizer.transcribe, item.clip.samples, item.audio.language
                 )
                 took = time.perf_counter() - t0
             except Exception as exc:  # one bad clip must not stop the stage

@@ -1,0 +1,373 @@
+"""Verify, validate, stage, apply, prove, acknowledge: one fleet document at a time.
+
+1. Verify: JSON shape, Ed25519 signature by a trusted key, target (the topic's, and one of
+   this device's), version above every version this target has verified before (replays
+   and downgrades refused), not expired, only keys the fleet may set. Any failure:
+   acknowledged `rejected` with the reason; nothing else changes.
+2. Validate: the target's next layer over the local file, loaded by the same loader and
+   pydantic models as a local file (the same located messages as `agentctl config
+   validate`), and the memory planner when the engine changes.
+3. Stage: `pending` (with the candidate) written atomically before the service changes.
+4. Apply live (catalogue, keywords, stream settings, watchdog thresholds) or, when the
+   profile, engine or LLM settings change, rebuild the slow tier on the new profile. An
+   engine change waits (acknowledged `deferred`, at most `fleet.defer_max_s`) while a
+   critical alert's analysis is running.
+5. Health gate: within `fleet.health_gate_s`, MQTT connected, the pipeline making progress
+   and (with the LLM tier) the engine serving. Passed: `applied`, the candidate becomes the
+   last known good. Failed: the last known good is applied again (the engine rebuilt on it
+   when the change had rebuilt it), acknowledged `rolled_back` with the reason.
+
+A service killed between 3 and 5 starts on the last known good (the store's layers) and
+acknowledges the interrupted version `rolled_back`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from agent.config.loader import ConfigError, LoadedConfig, load_config
+from agent.config.models import AgentConfig, FleetSettings
+from agent.fleet.document import (
+    DocumentError,
+    load_trusted_keys,
+    parse_document,
+    verify_signature,
+)
+from agent.fleet.layers import check_remote, effective_hash, next_layer, restarts_engine
+from agent.fleet.store import FleetState, FleetStore, TargetState
+
+__all__ = ["FleetHost", "FleetManager", "Health", "effective_config", "fleet_targets"]
+
+log = structlog.get_logger(__name__)
+
+_GATE_POLL_S = 0.25
+_DEFER_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool  # every condition holds now
+    failed: str | None = None  # a condition that will not recover by waiting (engine refused)
+    waiting: str | None = None  # what is not there yet
+
+
+class FleetHost(Protocol):
+    """What the manager needs of the running service (agent.daemon.Daemon)."""
+
+    loaded: LoadedConfig
+
+    async def apply_config(self, loaded: LoadedConfig, *, engine: bool) -> None: ...
+
+    def health(self, *, engine: bool) -> Health: ...
+
+    def critical_analysis_running(self) -> bool: ...
+
+
+AckSink = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def fleet_targets(settings: FleetSettings, device_id: str) -> list[str]:
+    """This device's targets, in the order their layers apply."""
+    return [f"fleet/{g}" for g in settings.groups] + [f"fleet/device/{device_id}"]
+
+
+def _layers(state: FleetState, targets: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{t} v{state.layers[t].version}", state.layers[t].layer)
+        for t in targets
+        if t in state.layers
+    ]
+
+
+def effective_config(local: LoadedConfig, store: FleetStore) -> LoadedConfig:
+    """The configuration to start with: the local file under the last known good layers
+    (a pending apply is never in it). A store that no longer validates over the local
+    file (the operator changed it) is ignored, loudly: the local file wins."""
+    cfg = local.config
+    if not cfg.fleet.enabled:
+        return local
+    state = store.load()
+    layers = _layers(state, fleet_targets(cfg.fleet, cfg.device_id))
+    if not layers:
+        return local
+    try:
+        return _reload(local, layers)
+    except ConfigError as exc:
+        log.error("fleet.layers_invalid", error=str(exc), layers=[n for n, _ in layers])
+        return local
+
+
+def _reload(local: LoadedConfig, layers: list[tuple[str, dict[str, Any]]]) -> LoadedConfig:
+    return load_config(
+        local.config_path,
+        overrides=local.overrides,
+        profile=local.profile_option,
+        layers=layers,
+    )
+
+
+class FleetManager:
+    def __init__(
+        self,
+        host: FleetHost,
+        local: LoadedConfig,
+        store: FleetStore,
+        publish_ack: AckSink,
+        *,
+        plan_check: Callable[[AgentConfig], str | None] | None = None,
+    ) -> None:
+        """`local`: the configuration without any fleet layer (what `reset` returns to).
+        `plan_check`: the memory planner's verdict on a config (None: it fits); blocking."""
+        self.host = host
+        self.local = local
+        self.store = store
+        self.settings = local.config.fleet
+        self.device_id = local.config.device_id
+        self.targets = fleet_targets(self.settings, self.device_id)
+        self.filters = [f"{t}/config" for t in self.targets]
+        self._publish_ack = publish_ack
+        self._plan_check = plan_check
+        self._inbox: dict[str, bytes] = {}  # target -> the latest document: desired state
+        self._wake = asyncio.Event()
+        self.state = store.load()
+        self.phase = "idle"  # idle | verifying | deferred | applying | gating
+        # control.fault_injection only: hold an apply after staging it, so a test can kill
+        # the service in the middle of one.
+        self.pause_before_apply_s = 0.0
+        self.documents = 0
+        self.superseded = 0
+
+    # -- in (event loop, from the MQTT callback) ----------------------------------------
+
+    def target_of(self, topic: str) -> str | None:
+        target = topic.removesuffix("/config")
+        return target if topic.endswith("/config") and target in self.targets else None
+
+    def submit(self, topic: str, payload: bytes) -> None:
+        target = self.target_of(topic)
+        if target is None:
+            return
+        self.documents += 1
+        if target in self._inbox:
+            self.superseded += 1  # an older desired state nobody needs any more
+        self._inbox[target] = payload
+        self._wake.set()
+
+    # -- running ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self._recover()
+        while True:
+            while not self._inbox:
+                self._wake.clear()
+                await self._wake.wait()
+            target = next(iter(self._inbox))
+            payload = self._inbox.pop(target)
+            try:
+                await self._handle(target, payload)
+            except Exception as exc:  # a bug here must not stop the service
+                log.exception("fleet.failed", target=target)
+                await self._ack(target, None, "rejected", f"internal error: {exc}")
+            finally:
+                self.phase = "idle"
+
+    async def _recover(self) -> None:
+        """A pending apply from a run that was killed: it never became the last known good
+        (the service started without it); say so."""
+        pending = self.state.pending
+        if pending is None:
+            return
+        self.state.pending = None
+        await asyncio.to_thread(self.store.save, self.state)
+        log.warning("fleet.interrupted", target=pending["target"], version=pending["version"])
+        await self._ack(
+            pending["target"],
+            pending["version"],
+            "rolled_back",
+            "interrupted: the service stopped during the apply; the last known good is in force",
+        )
+
+    async def _handle(self, target: str, payload: bytes) -> None:
+        self.phase = "verifying"
+        try:
+            doc, raw = parse_document(payload)
+            applied = self.state.layers.get(target)
+            if (
+                applied is not None
+                and doc.version == applied.version
+                and raw.get("signature") == applied.signature
+            ):
+                return  # the retained document we already run, redelivered on reconnect
+            keys = await asyncio.to_thread(load_trusted_keys, self._keys_dir())
+            verify_signature(raw, keys)
+            if doc.target != target:
+                raise DocumentError("wrong_target", f"signed for {doc.target}, sent to {target}")
+            seen = self.state.seen.get(target, 0)
+            if doc.version <= seen:
+                kind = "replay" if doc.version == seen else "downgrade"
+                raise DocumentError(kind, f"version {doc.version}; this target is at {seen}")
+            if doc.expires_at is not None and doc.expires_at < time.time():
+                raise DocumentError("expired", f"expired at {doc.expires_at:.0f}")
+            check_remote(doc.patch, doc.reset)
+        except DocumentError as exc:
+            version = _version_of(payload)
+            log.warning("fleet.rejected", target=target, reason=exc.reason, detail=exc.detail)
+            await self._ack(target, version, "rejected", f"{exc.reason}: {exc.detail}")
+            return
+        self.state.seen[target] = doc.version  # verified: a replay of it is refused from now
+        await asyncio.to_thread(self.store.save, self.state)
+
+        layer = next_layer(
+            self.state.layers[target].layer if target in self.state.layers else {},
+            doc.patch,
+            doc.reset,
+        )
+        signature = str(raw["signature"])
+        candidate_layers = dict(self.state.layers)
+        candidate_layers[target] = TargetState(doc.version, layer, time.time(), signature)
+        try:
+            candidate = await asyncio.to_thread(self._validate, candidate_layers)
+        except ConfigError as exc:
+            detail = "; ".join(str(i) for i in exc.issues)
+            await self._ack(target, doc.version, "rejected", f"invalid_config: {detail}")
+            return
+        old = self.host.loaded
+        engine = restarts_engine(old.config, candidate.config)
+        if engine and self._plan_check is not None:
+            verdict = await asyncio.to_thread(self._plan_check, candidate.config)
+            if verdict is not None:
+                await self._ack(target, doc.version, "rejected", f"invalid_config: {verdict}")
+                return
+        if engine:
+            await self._defer_while_critical(target, doc.version)
+        applying = TargetState(doc.version, layer, time.time(), signature)
+        await self._apply(target, applying, candidate, old, engine)
+
+    def _validate(self, layers: dict[str, TargetState]) -> LoadedConfig:
+        state = FleetState(layers=layers)
+        return _reload(self.local, _layers(state, self.targets))
+
+    async def _defer_while_critical(self, target: str, version: int) -> None:
+        if not self.host.critical_analysis_running():
+            return
+        self.phase = "deferred"
+        await self._ack(target, version, "deferred", "a critical alert's analysis is running")
+        deadline = time.monotonic() + self.settings.defer_max_s
+        while self.host.critical_analysis_running() and time.monotonic() < deadline:
+            await asyncio.sleep(_DEFER_POLL_S)
+
+    async def _apply(
+        self,
+        target: str,
+        new: TargetState,
+        candidate: LoadedConfig,
+        old: LoadedConfig,
+        engine: bool,
+    ) -> None:
+        version = new.version
+        self.phase = "applying"
+        self.state.pending = {
+            "target": target,
+            "version": version,
+            "layer": new.layer,
+            "engine": engine,
+            "started_at": time.time(),
+        }
+        await asyncio.to_thread(self.store.save, self.state)
+        await asyncio.to_thread(
+            self.store.write_view, "candidate.yaml", candidate.config.model_dump(mode="json")
+        )
+        log.info("fleet.applying", target=target, version=version, engine_restart=engine)
+        if self.pause_before_apply_s:
+            await asyncio.sleep(self.pause_before_apply_s)
+        began = time.monotonic()
+        await self.host.apply_config(candidate, engine=engine)
+        self.phase = "gating"
+        failure = await self._gate(engine)
+        if failure is None:
+            new.applied_at = time.time()
+            self.state.layers[target] = new
+            self.state.pending = None
+            await asyncio.to_thread(self.store.save, self.state)
+            await asyncio.to_thread(
+                self.store.write_view, "good.yaml", candidate.config.model_dump(mode="json")
+            )
+            took = round(time.monotonic() - began, 2)
+            log.info("fleet.applied", target=target, version=version, seconds=took)
+            await self._ack(target, version, "applied", f"healthy after {took} s", candidate)
+            return
+        log.error("fleet.rolling_back", target=target, version=version, reason=failure)
+        await self.host.apply_config(old, engine=engine)
+        self.state.pending = None
+        await asyncio.to_thread(self.store.save, self.state)
+        await self._ack(target, version, "rolled_back", f"health gate: {failure}", old)
+
+    async def _gate(self, engine: bool) -> str | None:
+        """None when healthy within the deadline; else why not."""
+        deadline = time.monotonic() + self.settings.health_gate_s
+        why = "no health report"
+        while time.monotonic() < deadline:
+            health = self.host.health(engine=engine)
+            if health.ok:
+                return None
+            if health.failed is not None:
+                return health.failed
+            why = health.waiting or why
+            await asyncio.sleep(_GATE_POLL_S)
+        return f"not healthy within {self.settings.health_gate_s:g} s: {why}"
+
+    async def _ack(
+        self,
+        target: str,
+        version: int | None,
+        status: str,
+        reason: str,
+        loaded: LoadedConfig | None = None,
+    ) -> None:
+        config = (loaded or self.host.loaded).config
+        body = {
+            "target": target,
+            "version": version,
+            "status": status,
+            "reason": reason,
+            "applied_at": time.time() if status == "applied" else None,
+            "effective_hash": effective_hash(config),
+            "device_id": self.device_id,
+        }
+        self.state.last[target] = {k: body[k] for k in ("version", "status", "reason")} | {
+            "at": time.time()
+        }
+        await asyncio.to_thread(self.store.save, self.state)
+        await self._publish_ack(body)
+
+    def _keys_dir(self) -> Path:
+        folder = self.settings.trusted_keys_dir
+        return folder if folder.is_absolute() else self.local.config_path.parent / folder
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "enabled": True,
+            "phase": self.phase,
+            "targets": self.targets,
+            "applied": {t: s.version for t, s in self.state.layers.items()},
+            "last": self.state.last,
+            "documents": self.documents,
+            "superseded": self.superseded,
+        }
+
+
+def _version_of(payload: bytes) -> int | None:
+    import json
+
+    try:
+        version = json.loads(payload).get("version")
+    except (ValueError, AttributeError):
+        return None
+    return version if isinstance(version, int) else None
