@@ -124,6 +124,10 @@ def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[M
     out.counter("errors_suppressed", "Error events over the rate limit.", errors.get("suppressed"))
 
     _asr(out, snap.get("asr", {}))
+    for target, version in (snap.get("fleet") or {}).get("applied", {}).items():
+        out.gauge(
+            "fleet_applied_version", "Fleet document version in force.", version, target=target
+        )
     _memory(out, snap.get("watchdog", {}))
     _engine(out, snap.get("llm", {}))
     _streams(out, snap.get("streams", {}))

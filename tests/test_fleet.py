@@ -32,7 +32,7 @@ from agent.fleet.layers import check_remote, next_layer, parse_pointer
 from agent.fleet.manager import FleetManager, Health
 from agent.fleet.store import FleetStore
 from pipelines.compat import timeout
-from tests.helpers import MqttWatcher, publish_all, segment_items
+from tests.helpers import MqttWatcher, publish_all, sample, scrape, segment_items
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT_YAML = REPO / "configs" / "agent.yaml"
@@ -316,6 +316,8 @@ async def test_a_signed_catalogue_change_applies_live_and_every_bad_document_is_
     assert not any(a["alert"]["fault"] == "pallet_fall" for a in watcher.alerts())
     status = await request(Path(before["control"]["socket"]), {"cmd": "fleet"})
     assert status["fleet"]["applied"] == {target: 1}
+    m = await scrape(before["metrics"]["address"])
+    assert sample(m, "edge_agent_fleet_applied_version", target=target) == 1
     assert status["fleet"]["last"][target]["status"] == "rejected"
 
 
