@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test test-py310 lint bench clean
+.PHONY: setup demo test test-py310 lint bench clean deb deb-lint deb-lock
 
 setup:
 	@bash scripts/setup.sh
@@ -28,5 +28,18 @@ lint: setup
 bench: setup
 	$(PY) bench/alert_latency.py
 
+# The Debian package (docs/install.md): dist/edge-agent_<version>_<arch>.deb, built with
+# /usr/bin/python3 from packaging/requirements.lock. `make deb VERSION=0.1.1` bumps it.
+deb:
+	VERSION="$(VERSION)" bash packaging/build-deb.sh
+
+deb-lint: deb
+	lintian --info --display-level ">=warning" --fail-on error,warning \
+		"$$(ls -t dist/edge-agent_*.deb | head -n 1)"
+
+# Re-pin the package's dependencies after a change to pyproject.toml's (commit the result).
+deb-lock:
+	bash packaging/lock.sh
+
 clean:
-	rm -rf $(VENV) .venv310 .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv310 .pytest_cache .mypy_cache .ruff_cache *.egg-info dist

@@ -21,10 +21,16 @@ command -v mosquitto >/dev/null || need+=(mosquitto mosquitto-clients)
 pkg-config --exists libsystemd 2>/dev/null || need+=(libsystemd-dev pkg-config)
 command -v espeak-ng >/dev/null || need+=(espeak-ng)          # speech for the ASR tests and bench
 command -v sox >/dev/null || need+=(sox libsox-fmt-all)       # its conversions (rate, FLAC, Vorbis)
-# The unit under a real systemd in a container (tests/test_systemd_nspawn.py, root only).
+# The unit under a real systemd in a container (tests/test_systemd_nspawn.py, root only);
+# the .deb (make deb, tests/test_deb.py): dpkg-shlibdeps, lintian, a C compiler for
+# systemd-python, and /usr/bin/python3's venv module.
 if [ "$(id -u)" = 0 ]; then
   command -v debootstrap >/dev/null || need+=(debootstrap)
   command -v systemd-nspawn >/dev/null || need+=(systemd-container)
+  command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
+  command -v lintian >/dev/null || need+=(lintian)
+  command -v gcc >/dev/null || need+=(gcc)
+  /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 fi
 if ((${#need[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

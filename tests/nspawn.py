@@ -23,7 +23,15 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-__all__ = ["VENV_MOUNT", "Container", "ensure_root", "ensure_venv", "missing_prerequisites"]
+__all__ = [
+    "VENV_MOUNT",
+    "Container",
+    "digest",
+    "ensure_root",
+    "ensure_venv",
+    "locked",
+    "missing_prerequisites",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,14 +88,14 @@ def missing_prerequisites() -> str | None:
 
 
 @contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
+def locked(name: str) -> Iterator[None]:
     """One builder at a time across concurrent test sessions."""
     with (cache_dir() / f".{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
-def _digest(*parts: str | bytes) -> str:
+def digest(*parts: str | bytes) -> str:
     h = hashlib.sha256()
     for part in parts:
         h.update(part.encode() if isinstance(part, str) else part)
@@ -105,25 +113,26 @@ def _run(argv: Sequence[str | Path], log: Path) -> None:
         raise RuntimeError(f"{argv[0]} failed ({result.returncode}); {log}:\n{tail}")
 
 
-def ensure_root() -> Path:
-    """The cached root, debootstrapped on first use. Built in a temporary folder and renamed
-    into place when complete, so an interrupted build never leaves a half root behind."""
-    key = _digest(SUITE, MIRROR, *PACKAGES, *ACCOUNTS)
+def ensure_root(packages: Sequence[str] = PACKAGES, setup: Sequence[str] = ACCOUNTS) -> Path:
+    """The cached root of `packages`, with the shell commands `setup` run in it, debootstrapped
+    on first use. Built in a temporary folder and renamed into place when complete, so an
+    interrupted build never leaves a half root behind."""
+    key = digest(SUITE, MIRROR, *packages, *setup)
     root = cache_dir() / f"{SUITE}-{key}"
     if root.is_dir():
         return root
-    with _locked("root"):
+    with locked("root"):
         if root.is_dir():  # another session built it while we waited
             return root
         tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=cache_dir()))
         log = cache_dir() / f"{root.name}.log"
         try:
             _run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+                ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
                  SUITE, tmp / "root", MIRROR],
                 log,
             )  # fmt: skip
-            for command in ACCOUNTS:
+            for command in setup:
                 _run(["chroot", tmp / "root", "sh", "-ec", command], log)
             (tmp / "root").rename(root)
         finally:
@@ -147,12 +156,12 @@ def ensure_venv(workdir: Path) -> Path:
     """The host-side venv (installed, not editable, with the `systemd` extra), its project
     reinstalled from the working tree so the container runs the current code. Rebuilt from
     scratch only when pyproject.toml changes."""
-    key = _digest((REPO / "pyproject.toml").read_bytes())
+    key = digest((REPO / "pyproject.toml").read_bytes())
     venv = cache_dir() / f"venv-{key}"
     python: list[str | Path] = [venv / "bin" / "python"]
     pip = [*python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     log = workdir / "venv.log"
-    with _locked("venv"):
+    with locked("venv"):
         if not (venv / ".complete").exists():
             # 75 MB each: keep only the venv of the current pyproject.toml
             for stale in cache_dir().glob("venv-*"):
@@ -181,10 +190,15 @@ class Container:
     nsenter. `--register=no --keep-unit`: the host has no systemd (no machined, no bus to
     register with); `--volatile=overlay`: every write goes to a tmpfs over the cached root."""
 
-    def __init__(self, root: Path, binds: dict[Path, Path], log: Path) -> None:
+    def __init__(
+        self, root: Path, binds: dict[Path, Path], log: Path, *, private_network: bool = False
+    ) -> None:
         self.root = root
         self.binds = binds  # host path -> container path, read-only
         self.log = log
+        # Only a loopback of its own: a broker inside listens on 127.0.0.1:1883 without
+        # meeting the host's (or another test session's) ports.
+        self.private_network = private_network
         self.name = f"edge-agent-test-{uuid.uuid4().hex[:8]}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.leader = 0  # the container's systemd, as a host pid
@@ -198,6 +212,8 @@ class Container:
             "--register=no", "--keep-unit", "--boot", "--console=pipe", "--volatile=overlay",
         ]  # fmt: skip
         argv += [f"--bind-ro={host}:{inside}" for host, inside in self.binds.items()]
+        if self.private_network:
+            argv.append("--private-network")
         start = time.monotonic()
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -259,6 +275,27 @@ class Container:
         """`systemctl show -p ...` as a dict."""
         out = self.run(["systemctl", "show", unit, *[f"--property={p}" for p in props]]).stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def wait_show(self, unit: str, check: dict[str, str], limit_s: float) -> dict[str, str]:
+        """Poll `systemctl show` until every property in `check` has its value."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            props = self.show(unit, *check, "MainPID", "NRestarts", "StatusText")
+            if all(props.get(k) == v for k, v in check.items()):
+                return props
+            if time.monotonic() > deadline:
+                raise AssertionError(f"after {limit_s:g} s: {props}, wanted {check}")
+            time.sleep(0.1)
+
+    def journal(self, unit: str, after: str | None = None) -> str:
+        """The unit's journal (messages only), all of it or after a `cursor()`."""
+        argv = ["journalctl", f"--unit={unit}", "--output=cat", "--no-pager"]
+        return self.run([*argv, f"--after-cursor={after}"] if after else argv).stdout
+
+    def cursor(self) -> str:
+        """The journal's position now, to read only what comes after it."""
+        out = self.run(["journalctl", "--show-cursor", "--lines=0", "--no-pager"]).stdout
+        return out.strip().rsplit("-- cursor: ", 1)[1]
 
     def poweroff(self, limit_s: float = 30.0) -> None:
         """Shut the container down; kill it if that hangs."""

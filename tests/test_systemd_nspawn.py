@@ -128,14 +128,11 @@ def container(
 
 
 def journal(box: Container, after: str | None = None) -> str:
-    argv = ["journalctl", "--unit=edge-agent", "--output=cat", "--no-pager"]
-    return box.run([*argv, f"--after-cursor={after}"] if after else argv).stdout
+    return box.journal("edge-agent", after)
 
 
 def cursor(box: Container) -> str:
-    """The journal's position now, to read only what comes after it."""
-    out = box.run(["journalctl", "--show-cursor", "--lines=0", "--no-pager"]).stdout
-    return out.strip().rsplit("-- cursor: ", 1)[1]
+    return box.cursor()
 
 
 def status_json(box: Container) -> dict[str, Any]:
@@ -145,15 +142,7 @@ def status_json(box: Container) -> dict[str, Any]:
 
 
 def wait_show(box: Container, check: dict[str, str], limit_s: float) -> dict[str, str]:
-    """Poll `systemctl show` until every property in `check` has its value."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        props = box.show("edge-agent", *check, "MainPID", "NRestarts", "StatusText")
-        if all(props.get(k) == v for k, v in check.items()):
-            return props
-        if time.monotonic() > deadline:
-            raise AssertionError(f"after {limit_s:g} s: {props}, wanted {check}")
-        time.sleep(0.1)
+    return box.wait_show("edge-agent", check, limit_s)
 
 
 def test_start_returns_once_ready_and_shows_the_status(container: Container) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from agent.cli import service
+from agent.cli import doctor, service
 from agent.cli.common import DEFAULT_CONFIG, load_or_exit
 from agent.cli.fleet import fleet_app
 
@@ -18,6 +18,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 config_app = typer.Typer(no_args_is_help=True, help="Validate and show configuration.")
 app.add_typer(config_app, name="config")
 service.register(app)
+doctor.register(app)
 app.add_typer(fleet_app, name="fleet")
 
 SetOpt = Annotated[

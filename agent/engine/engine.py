@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import importlib.util
 import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -250,7 +251,7 @@ class Engine:
         try:
             model_dir = await asyncio.to_thread(model_dir_for, profile)
         except ModelPrepError as exc:
-            raise EngineStartError(str(exc)) from exc
+            raise EngineStartError(_name_missing_vllm(str(exc))) from exc
         plan, spec = await asyncio.to_thread(_plan, model_dir, profile, speculative_k)
         if not plan.fits:
             log.error("engine_refused", model=str(model_dir), verdict=plan.verdict)
@@ -707,3 +708,11 @@ def _sampling_params(
             min_count=repetition.min_count,
         )
     return sp.SamplingParams(**kw)
+
+
+def _name_missing_vllm(error: str) -> str:
+    """On a device without vLLM the default model cannot be prepared either (its converter
+    needs torch): name vLLM first, or the status would send the operator after a model."""
+    if importlib.util.find_spec("vllm") is None:
+        return f"vLLM is not installed (see `agentctl doctor`); and: {error}"
+    return error

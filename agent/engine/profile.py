@@ -31,6 +31,9 @@ __all__ = [
 
 PROFILES_ENV = "EDGE_AGENT_PROFILES_DIR"  # same variable as agent.config.loader reads
 _REPO_PROFILES = Path(__file__).resolve().parents[2] / "configs" / "profiles"
+# Where the .deb installs them, beside /etc/edge-agent/agent.yaml: an installed venv has
+# no configs/ folder (`agentctl plan --profile orin-nx-16gb` on a device).
+_INSTALLED_PROFILES = Path("/etc/edge-agent/profiles")
 
 CudaGraphMode = Literal["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
@@ -389,7 +392,7 @@ class ProfileError(Exception):
 
 def profile_search_path() -> list[Path]:
     roots = [Path(p) for p in os.environ.get(PROFILES_ENV, "").split(os.pathsep) if p]
-    roots.append(_REPO_PROFILES)
+    roots += [_REPO_PROFILES, _INSTALLED_PROFILES]
     return roots
 
 

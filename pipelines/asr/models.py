@@ -24,7 +24,14 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["BUNDLED", "WhisperModelError", "bundled_tiny_en", "ensure_base", "resolve_model"]
+__all__ = [
+    "BUNDLED",
+    "WhisperModelError",
+    "base_marker",
+    "bundled_tiny_en",
+    "ensure_base",
+    "resolve_model",
+]
 
 BUNDLED = ("base", "tiny.en")
 _BASE_SIZE = 145_217_532
@@ -89,6 +96,12 @@ def ensure_base(cache: Path) -> Path:
         # The marker goes last: a crash before this line leaves a folder that is redone.
         (target / _MARKER).write_text(json.dumps({"sha256": _BASE_SHA256}), encoding="utf-8")
     return target
+
+
+def base_marker(cache: Path) -> Path:
+    """The file that says the joined base model under `cache` is whole (written last):
+    `agentctl doctor` looks for it without joining anything."""
+    return cache / "models" / "whisper-base" / _MARKER
 
 
 def resolve_model(name: str, cache: Path) -> Path:
