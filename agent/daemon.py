@@ -121,8 +121,7 @@ class Daemon:
             self.asr = build_asr_stage(cfg.asr, cfg.faults, self._on_heard, self.errors.report)
         # Our transcripts for other consumers (asr.publish_transcript): best effort, bounded.
         self._asr_out: SheddingQueue[tuple[str, bytes]] = SheddingQueue(256)
-        self.asr_published = 0
-        self.asr_publish_dropped = 0
+        self.asr_published = self.asr_publish_dropped = 0
         self._status_kick = asyncio.Event()
         self.events = EventLog(on_event=self._status_kick.set)
         self.llm: EngineSupervisor | None = None
@@ -144,14 +143,18 @@ class Daemon:
             self.fleet = FleetManager(
                 self, local, store, self._publish_ack, plan_check=plan_verdict
             )
-        self._health_mark = 0  # segments processed at the last health check (fleet gate)
+        # The fleet gate's marks: segments processed at its last look, detector errors at
+        # its start.
+        self._health_mark = self._health_errors = 0
+        self._stopping = False  # no slow tier is (re)started once shutdown began
         self._new_alerts: deque[float] = deque()  # times of `new` events in the last hour
         self._alerts_today: tuple[str, int] = (time.strftime("%Y-%m-%d"), 0)
         self.notifier = SystemdNotifier()
         self._processed = 0  # segments through the detector: the watchdog's progress mark
         self._taken = 0  # segments the detector took off the queue
         self._tg: TaskGroup | None = None
-        self._llm_tasks: list[asyncio.Task[None]] = []
+        self._sup_task: asyncio.Task[None] | None = None
+        self._analysis_task: asyncio.Task[None] | None = None
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
 
@@ -223,6 +226,7 @@ class Daemon:
             self.asr.rejected[exc.reason.value] += 1
             self.errors.report(topic, exc.reason.value, len(payload), exc.detail)
             return
+        self.stats.stream(stream_id)  # its slot counts against ingest.max_streams from now
         language = self.cfg.streams.for_stream(stream_id).language
         self.asr.submit(AudioIn(stream_id, payload, topic, seq=seq, start=start, language=language))
 
@@ -676,6 +680,13 @@ class Daemon:
                 log.info("agent.stopping", queued=len(self.queue), outbox_pending=self.outbox.depth)
                 await self._drain_input(drain_timeout_s)
                 detect.cancel()
+                # No fleet apply may rebuild the slow tier from here on: it would start an
+                # engine nobody stops, and the task group would wait for it for ever.
+                self._stopping = True
+                for task in background:
+                    if task.get_name() == "fleet":
+                        task.cancel()
+                        await asyncio.wait([task])
                 # Before the final flush: an analysis cancelled later could land between
                 # the tracker and the outbox and lose its event.
                 await self._stop_llm_tasks(engine=False)
@@ -701,17 +712,27 @@ class Daemon:
             await self._close()
 
     def _start_llm_tasks(self) -> None:
+        """The supervisor's and the analyzer's tasks, where they are built and not running."""
         assert self._tg is not None
-        if self.llm is not None:
-            self._llm_tasks.append(self._tg.create_task(self.llm.run(), name="engine.supervisor"))
-        if self.analysis is not None:
-            self._llm_tasks.append(self._tg.create_task(self.analysis.run(), name="analysis"))
+        if self._stopping:
+            return
+        if self.llm is not None and self._sup_task is None:
+            self._sup_task = self._tg.create_task(self.llm.run(), name="engine.supervisor")
+        if self.analysis is not None and self._analysis_task is None:
+            self._analysis_task = self._tg.create_task(self.analysis.run(), name="analysis")
+
+    async def _stop_analysis(self) -> None:
+        task, self._analysis_task = self._analysis_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])  # its end, without taking its CancelledError
 
     async def _stop_llm_tasks(self, *, engine: bool) -> None:
-        """Cancel the analyzer and supervisor tasks (waiting for their end without taking
-        their CancelledError); with `engine`, stop the engine too."""
-        tasks, self._llm_tasks = self._llm_tasks, []
-        for task in reversed(tasks):  # the analyzer first: it calls the engine
+        """Cancel the analyzer's task, then the supervisor's; with `engine`, stop the
+        engine too."""
+        await self._stop_analysis()  # first: it calls the engine
+        task, self._sup_task = self._sup_task, None
+        if task is not None:
             task.cancel()
             await asyncio.wait([task])
         if engine:
@@ -725,6 +746,7 @@ class Daemon:
         settings and the watchdog's thresholds change between two segments; with `engine`,
         the slow tier is rebuilt on the new profile (the keyword tier runs throughout)."""
         cfg = loaded.config
+        catalogue = cfg.faults != self.cfg.faults
         async with self._processing:  # no segment half through the old catalogue
             self.loaded, self.cfg = loaded, cfg
             self.detector = KeywordDetector(cfg.faults, cfg.keywords)
@@ -732,21 +754,36 @@ class Daemon:
                 self.stats.alerts_by_fault.setdefault(rule.code, 0)
             if self.watchdog is not None:
                 self.watchdog.reconfigure(cfg.watchdog)
-            if self.analysis is not None and not engine:
-                self.analysis.set_catalogue(cfg.faults)
+            if self.asr is not None and catalogue:
+                self.asr.set_catalogue(cfg.faults)  # the decoder's prompt names the faults
         if engine:
             await self._stop_llm_tasks(engine=True)
             self._build_llm()
             if self.watchdog is not None:
                 self.watchdog.supervisor = self.llm
             self._start_llm_tasks()
+        elif catalogue and self.analysis is not None:
+            # The windows' heads describe the catalogue and the answer schema lists it: a
+            # new analyzer over the same engine (the windows are prefilled again).
+            await self._stop_analysis()
+            self._build_analysis()
+            self._start_llm_tasks()
         self._status_kick.set()
 
     # -- fleet (agent.fleet.manager.FleetHost) ------------------------------------------
 
+    def health_begin(self) -> None:
+        self._health_mark = self._processed
+        self._health_errors = self.stats.detect_errors
+
     def health(self, *, engine: bool) -> Health:
-        """The fleet's health gate: MQTT connected, the pipeline making progress, and with
-        the LLM tier (after an engine change) the engine serving."""
+        """The fleet's health gate, from its start (health_begin): MQTT connected, no
+        detector errors, the pipeline making progress (segments waiting and none processed
+        since the last look is a stall), and with the slow tier rebuilt, the engine
+        serving."""
+        if self.stats.detect_errors > self._health_errors:
+            errors = self.stats.detect_errors - self._health_errors
+            return Health(False, failed=f"{errors} segments failed detection since the apply")
         if not self.link.connected.is_set():
             return Health(False, waiting="MQTT not connected")
         waiting = len(self.queue) + self._taken - self._processed
@@ -800,7 +837,7 @@ class Daemon:
         if not (cfg.llm.enabled and cfg.engine is not None):
             return
         # Imports transformers (the tokenizer) only when used.
-        from agent.analysis_link import EngineCodec, EngineLlm
+        from agent.analysis_link import EngineCodec
 
         # the loader resolves state_path; a config built in code gets the same default
         state = cfg.watchdog.state_path or cfg.outbox.path.parent / "watchdog.json"
@@ -814,6 +851,14 @@ class Daemon:
             on_window=self._on_window,
         )
         self._codec = EngineCodec(self.llm)
+        self._build_analysis()
+
+    def _build_analysis(self) -> None:
+        """The analyzer over the running supervisor, for the current catalogue."""
+        from agent.analysis_link import EngineLlm
+
+        cfg = self.cfg
+        assert self.llm is not None and self._codec is not None and cfg.engine is not None
         self.analysis = Analyzer(
             EngineLlm(self.llm),
             self._codec,

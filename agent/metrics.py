@@ -383,20 +383,21 @@ class MetricsServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            async with timeout(_REQUEST_TIMEOUT_S):
-                status, body, ctype = await self._answer(reader)
-            head = (
-                f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + body)
-            await writer.drain()
+            async with timeout(_REQUEST_TIMEOUT_S):  # reading, answering and the client's
+                status, body, ctype = await self._answer(reader)  # reading of the answer
+                head = (
+                    f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                )
+                writer.write(head.encode() + body)
+                await writer.drain()
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             self.bad_requests += 1  # a client that hung up or dawdled costs nothing more
         finally:
             writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+            with contextlib.suppress(OSError, TimeoutError):
+                async with timeout(1.0):
+                    await writer.wait_closed()
 
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[str, bytes, str]:
         head = await reader.readuntil(b"\r\n\r\n")  # over `limit`: LimitOverrunError

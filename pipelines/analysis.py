@@ -555,16 +555,6 @@ class Analyzer:
         """Streams with an analysis in flight."""
         return {sid for sid, st in self._streams.items() if st.running}
 
-    def set_catalogue(self, catalogue: Sequence[FaultRule]) -> None:
-        """A new fault catalogue (a fleet change): the next analysis answers under it."""
-        self._catalogue = {rule.code: rule for rule in catalogue}
-        self.schema = analysis_schema(
-            list(self._catalogue),
-            max_faults=self.settings.max_faults,
-            max_quote_chars=self.settings.max_quote_chars,
-            allow_other=self.settings.allow_other,
-        )
-
     def set_budget(self, budget: int) -> None:
         """A new window size for every stream (the watchdog's context rung, or its climb
         back). Applied to each window at the start of its next analysis, never under one."""

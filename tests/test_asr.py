@@ -378,3 +378,22 @@ def test_audio_is_refused_when_the_model_cannot_load(tmp_path: Path) -> None:
     asyncio.run(scenario())
     assert [r for r, _ in errors] == ["unavailable", "unavailable"]
     assert json.dumps(errors)  # plain data, publishable
+
+
+def test_clips_arriving_together_do_not_overlap_and_languages_are_normalised() -> None:
+    """A backlog of clips without `start` (after a reconnect) gets consecutive times, not
+    the same arrival time each (the overlap merge would drop all but one as repeats); a
+    stream's "zh-CN" is Whisper's zh, an unknown code means detection."""
+    from pipelines.asr.settings import AsrSettings
+    from pipelines.asr.stage import AsrStage, AudioIn, _whisper_language
+
+    stage = AsrStage(AsrSettings(), lambda: None, lambda _: None, lambda *_: None)  # type: ignore[arg-type,return-value]
+    now = time.time()
+    starts = [stage._clip_start(AudioIn("mic", b"", "t", arrived=now), 3.0) for _ in range(3)]
+    assert starts == [now - 3.0, now, now + 3.0]
+    given = stage._clip_start(AudioIn("mic", b"", "t", start=now - 100, arrived=now), 3.0)
+    assert given == now - 100  # the microphone's own time wins
+    stage.close()
+    assert [_whisper_language(x) for x in ("zh-CN", "ZH", "en_US", "klingon", None)] == [
+        "zh", "zh", "en", None, None,
+    ]  # fmt: skip

@@ -119,6 +119,9 @@ class StandIn:
         self.loaded = loaded
         self.applied.append((loaded.config.streams.defaults.alerts.debounce_s, engine))
 
+    def health_begin(self) -> None:
+        pass  # the test decides health directly
+
     def health(self, *, engine: bool) -> Health:
         return self._health()
 
@@ -192,9 +195,30 @@ async def test_an_engine_change_waits_while_a_critical_analysis_runs(tmp_path: P
         assert acks[-1]["status"] == "deferred" and manager.phase == "deferred"
         await asyncio.sleep(0.5)
         assert host.applied == []  # still waiting
-        host.critical = False
-        await _run_one(manager, acks, doc | {}, 2)  # (no new document: the same one finishes)
+        host.critical = False  # the same document goes on by itself
+        async with timeout(20):
+            while len(acks) < 2:
+                await asyncio.sleep(0.01)
         assert acks[-1]["status"] == "applied" and host.applied == [(10, True)]
+        # a newer document during a deferral replaces the waiting one
+        host.critical = True
+        await _run_one(
+            manager, acks, keys.doc("fleet/line-3", 2, {"llm": {"max_output_tokens": 64}}), 3
+        )
+        assert acks[-1]["status"] == "deferred"
+        await _run_one(
+            manager, acks, keys.doc("fleet/line-3", 3, {"llm": {"max_output_tokens": 32}}), 4
+        )
+        assert (acks[-1]["version"], acks[-1]["status"], acks[-1]["reason"]) == (
+            2,
+            "rejected",
+            "superseded by a newer document",
+        )
+        host.critical = False  # (the newer one may or may not have been deferred first)
+        async with timeout(20):
+            while (acks[-1]["version"], acks[-1]["status"]) != (3, "applied"):
+                await asyncio.sleep(0.01)
+        assert host.applied[-1] == (10, True) and len(host.applied) == 2  # v2 never applied
     finally:
         runner.cancel()
 
@@ -299,7 +323,7 @@ async def test_a_signed_catalogue_change_applies_live_and_every_bad_document_is_
         ("not settable", keys.doc(target, 2, {"mqtt": {"host": "10.6.6.6"}}),
          "not_remotely_settable"),
         ("invalid", invalid, "invalid_config"),
-        ("replayed", invalid, "replay"),
+        ("same version", keys.doc(target, 3, {"faults": other}), "replay"),
         ("older", keys.doc(target, 1, {"faults": other}), "downgrade"),
         ("garbage", b"\x00not json", "invalid_document"),
     ]  # fmt: skip
@@ -311,6 +335,10 @@ async def test_a_signed_catalogue_change_applies_live_and_every_bad_document_is_
         assert got["status"] == "rejected" and got["reason"].startswith(reason), (name, got)
         assert got["effective_hash"] == applied_hash, name
     print("\n".join(f"  {k:13s} -> {v}" for k, v in answers.items()))
+    # the very same document again (a retained redelivery, or a replay of it): no news
+    await _publish_doc(broker.port, target, invalid)
+    await asyncio.sleep(1.5)
+    assert len(_acks(watcher)) == len(cases) + 1
     await _say(broker.port, prefix, "mic2", 1, "watch out, pallet fall near the dock")
     await asyncio.sleep(1.5)
     assert not any(a["alert"]["fault"] == "pallet_fall" for a in watcher.alerts())

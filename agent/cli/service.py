@@ -44,9 +44,13 @@ def socket_of(config: Path, socket: Path | None) -> Path:
     """--socket, else the config's socket, else the systemd service's (when it is there)."""
     if socket is not None:
         return socket
-    cfg = load_or_exit(config, []).config
+    loaded = load_or_exit(config, [])
+    cfg = loaded.config
     path = cfg.control.socket_path or default_socket_path(cfg.outbox.path)
-    if not path.exists() and SERVICE_SOCKET.exists():
+    explicit = ("control", "socket_path") in loaded.provenance
+    if not explicit and not path.exists() and SERVICE_SOCKET.exists():
+        # Only for the default: a socket the config names is that service's or none.
+        typer.echo(f"(using the systemd service's socket {SERVICE_SOCKET})", err=True)
         return SERVICE_SOCKET
     return path
 

@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 _TOPIC_LEVEL = re.compile(r"^[^#+\x00]+$")
+_FLEET_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # a group or device id in fleet topics
 
 
 class LocatedError(ValueError):
@@ -117,6 +118,7 @@ class MqttSettings(_Model):
     session_expiry_s: int = Field(
         86400,
         ge=0,
+        le=0xFFFFFFFF,  # MQTT 5's four-byte field (the maximum means "never expires")
         title="Session expiry (MQTT 5)",
         description="How long the broker keeps our session (subscriptions and queued QoS 1 "
         "input) while we are away. 3.1.1 sessions last until the broker drops them.",
@@ -330,7 +332,7 @@ class FleetSettings(_Model):
     enabled: bool = Field(
         False, title="Fleet config", description="Take signed documents from the broker."
     )
-    groups: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]] = Field(
+    groups: list[Annotated[str, Field(pattern=_FLEET_NAME)]] = Field(
         default_factory=list,
         title="Groups",
         description="This device's groups: documents on fleet/<group>/config apply, in this "
@@ -491,6 +493,12 @@ class AgentConfig(_Model):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Self:
+        if self.fleet.enabled and not re.match(_FLEET_NAME, self.device_id):
+            raise LocatedError(
+                f"with fleet.enabled the device id names a topic level "
+                f"(fleet/device/<device_id>/config): {_FLEET_NAME}",
+                ("device_id",),
+            )
         if self.llm.enabled and self.engine is None:
             raise LocatedError(
                 "llm.enabled needs an `engine:` section (normally from the device profile)",

@@ -31,14 +31,20 @@ __all__ = [
     "NEVER_REMOTE",
     "check_remote",
     "effective_hash",
+    "local_changed",
     "next_layer",
     "parse_pointer",
     "restarts_engine",
 ]
 
 # Applied live, no restart: the catalogue, keyword matching, per-stream alert timing and
-# disabled faults, the watchdog's thresholds.
+# disabled faults, the watchdog's memory thresholds (the rest of `watchdog` is the engine
+# supervisor's: restart limits, hang time, backoff; those rebuild the slow tier).
 LIVE_KEYS = frozenset({"faults", "keywords", "streams", "watchdog"})
+LIVE_WATCHDOG = frozenset(
+    {"host_warn_bytes", "host_critical_bytes", "gpu_warn_bytes", "gpu_critical_bytes",
+     "psi_warn_some_avg10", "psi_critical_full_avg10", "hysteresis"}
+)  # fmt: skip
 # Applied by restarting the engine (its profile, the analysis settings over it).
 ENGINE_KEYS = frozenset({"profile", "engine", "llm"})
 # Never from the fleet: identity, the broker link and its credentials, the control socket,
@@ -47,7 +53,8 @@ ENGINE_KEYS = frozenset({"profile", "engine", "llm"})
 NEVER_REMOTE = frozenset(
     {"device_id", "mqtt", "control", "fleet", "outbox", "metrics", "logging", "ingest", "asr"}
 )
-_NEVER_NESTED = frozenset({("watchdog", "state_path")})
+# Built once at start (the probe, the GPU handle, where the rung is kept).
+_NEVER_NESTED = frozenset({("watchdog", "state_path"), ("watchdog", "enabled")})
 
 
 def parse_pointer(pointer: str) -> tuple[str, ...]:
@@ -95,9 +102,24 @@ def next_layer(
 
 
 def restarts_engine(old: AgentConfig, new: AgentConfig) -> bool:
-    """Does going from `old` to `new` need the engine restarted?"""
+    """Does going from `old` to `new` need the slow tier rebuilt (engine, supervisor)?"""
     keys = set(ENGINE_KEYS)
-    return old.model_dump(include=keys, mode="json") != new.model_dump(include=keys, mode="json")
+    if old.model_dump(include=keys, mode="json") != new.model_dump(include=keys, mode="json"):
+        return True
+    supervisor = set(type(old.watchdog).model_fields) - LIVE_WATCHDOG
+    return old.watchdog.model_dump(include=supervisor) != new.watchdog.model_dump(
+        include=supervisor
+    )
+
+
+def local_changed(running: AgentConfig, candidate: AgentConfig) -> list[str]:
+    """Keys the fleet may not set that differ between the running configuration and a
+    candidate: the local file was edited since the start (a restart applies that, not a
+    fleet document)."""
+    keys = set(NEVER_REMOTE)
+    old = running.model_dump(include=keys, mode="json")
+    new = candidate.model_dump(include=keys, mode="json")
+    return sorted(k for k in keys if old.get(k) != new.get(k))
 
 
 def effective_hash(config: AgentConfig) -> str:

@@ -24,6 +24,7 @@ acknowledges the interrupted version `rolled_back`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,7 +41,13 @@ from agent.fleet.document import (
     parse_document,
     verify_signature,
 )
-from agent.fleet.layers import check_remote, effective_hash, next_layer, restarts_engine
+from agent.fleet.layers import (
+    check_remote,
+    effective_hash,
+    local_changed,
+    next_layer,
+    restarts_engine,
+)
 from agent.fleet.store import FleetState, FleetStore, TargetState
 
 __all__ = ["FleetHost", "FleetManager", "Health", "effective_config", "fleet_targets"]
@@ -48,7 +55,9 @@ __all__ = ["FleetHost", "FleetManager", "Health", "effective_config", "fleet_tar
 log = structlog.get_logger(__name__)
 
 _GATE_POLL_S = 0.25
+_GATE_MIN_S = 1.0  # a gate watches at least this long: one lucky poll proves nothing
 _DEFER_POLL_S = 1.0
+MAX_DOCUMENT_BYTES = 64 << 10  # larger payloads are refused before they are parsed
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,9 @@ class FleetHost(Protocol):
     loaded: LoadedConfig
 
     async def apply_config(self, loaded: LoadedConfig, *, engine: bool) -> None: ...
+
+    def health_begin(self) -> None:
+        """Mark the start of a health gate (progress and errors are counted from here)."""
 
     def health(self, *, engine: bool) -> Health: ...
 
@@ -174,37 +186,51 @@ class FleetManager:
                 await self._handle(target, payload)
             except Exception as exc:  # a bug here must not stop the service
                 log.exception("fleet.failed", target=target)
-                await self._ack(target, None, "rejected", f"internal error: {exc}")
+                with contextlib.suppress(Exception):
+                    await self._ack(target, None, "rejected", f"internal error: {exc}")
             finally:
                 self.phase = "idle"
 
     async def _recover(self) -> None:
-        """A pending apply from a run that was killed: it never became the last known good
-        (the service started without it); say so."""
+        """At start: a pending apply from a run that was killed never became the last known
+        good (the service started without it): say so. Layers that no longer validate over
+        the local file (the service started on the local file alone): drop them, say so.
+        Otherwise repeat the last answer (a kill may have come before it was published)."""
         pending = self.state.pending
-        if pending is None:
-            return
-        self.state.pending = None
-        await asyncio.to_thread(self.store.save, self.state)
-        log.warning("fleet.interrupted", target=pending["target"], version=pending["version"])
-        await self._ack(
-            pending["target"],
-            pending["version"],
-            "rolled_back",
-            "interrupted: the service stopped during the apply; the last known good is in force",
-        )
+        in_force = {name for name, _ in self.host.loaded.layers}
+        stale = [t for t, s in self.state.layers.items() if f"{t} v{s.version}" not in in_force]
+        for target in stale:
+            dropped = self.state.layers.pop(target)
+            await self._ack(
+                target,
+                dropped.version,
+                "rolled_back",
+                "invalid over the local file as it is now; running without this target's layer",
+            )
+        if pending is not None:
+            self.state.pending = None
+            log.warning("fleet.interrupted", target=pending["target"], version=pending["version"])
+            await self._ack(
+                pending["target"],
+                pending["version"],
+                "rolled_back",
+                f"interrupted: the service stopped while {pending.get('phase', 'applying')}; "
+                "the last known good is in force",
+            )
+        elif not stale and self.state.last:
+            target, last = max(self.state.last.items(), key=lambda kv: kv[1].get("at", 0))
+            await self._ack(target, last.get("version"), last["status"], last["reason"])
 
     async def _handle(self, target: str, payload: bytes) -> None:
         self.phase = "verifying"
         try:
-            doc, raw = parse_document(payload)
-            applied = self.state.layers.get(target)
-            if (
-                applied is not None
-                and doc.version == applied.version
-                and raw.get("signature") == applied.signature
-            ):
-                return  # the retained document we already run, redelivered on reconnect
+            if len(payload) > MAX_DOCUMENT_BYTES:
+                raise DocumentError(
+                    "invalid_document", f"{len(payload)} bytes (at most {MAX_DOCUMENT_BYTES})"
+                )
+            doc, raw = await asyncio.to_thread(parse_document, payload)  # off the loop
+            if raw.get("signature") == self.state.signatures.get(target):
+                return  # the retained document, redelivered at a reconnect: already answered
             keys = await asyncio.to_thread(load_trusted_keys, self._keys_dir())
             verify_signature(raw, keys)
             if doc.target != target:
@@ -221,8 +247,11 @@ class FleetManager:
             log.warning("fleet.rejected", target=target, reason=exc.reason, detail=exc.detail)
             await self._ack(target, version, "rejected", f"{exc.reason}: {exc.detail}")
             return
-        self.state.seen[target] = doc.version  # verified: a replay of it is refused from now
-        await asyncio.to_thread(self.store.save, self.state)
+        # Verified: from the next save on (with its answer, or the staging) a replay of it
+        # is refused and its redelivery ignored. Not saved alone: a kill before its answer
+        # leaves the retained document to be handled again at the next start.
+        self.state.seen[target] = doc.version
+        self.state.signatures[target] = str(raw["signature"])
 
         layer = next_layer(
             self.state.layers[target].layer if target in self.state.layers else {},
@@ -239,43 +268,60 @@ class FleetManager:
             await self._ack(target, doc.version, "rejected", f"invalid_config: {detail}")
             return
         old = self.host.loaded
+        changed = local_changed(old.config, candidate.config)
+        if changed:
+            await self._ack(
+                target,
+                doc.version,
+                "rejected",
+                f"local_changed: the local file changed since the start ({', '.join(changed)});"
+                " restart the service to apply it, then send the document again",
+            )
+            return
         engine = restarts_engine(old.config, candidate.config)
         if engine and self._plan_check is not None:
             verdict = await asyncio.to_thread(self._plan_check, candidate.config)
             if verdict is not None:
                 await self._ack(target, doc.version, "rejected", f"invalid_config: {verdict}")
                 return
-        if engine:
-            await self._defer_while_critical(target, doc.version)
         applying = TargetState(doc.version, layer, time.time(), signature)
-        await self._apply(target, applying, candidate, old, engine)
+        if engine and not await self._defer_while_critical(target, doc.version):
+            return
+        await self._apply(target, applying, candidate, engine)
 
     def _validate(self, layers: dict[str, TargetState]) -> LoadedConfig:
         state = FleetState(layers=layers)
         return _reload(self.local, _layers(state, self.targets))
 
-    async def _defer_while_critical(self, target: str, version: int) -> None:
+    async def _defer_while_critical(self, target: str, version: int) -> bool:
+        """Wait (bounded) while a critical alert's analysis runs. False: a newer document
+        for the target arrived meanwhile, this one is dropped (answered `rejected`)."""
         if not self.host.critical_analysis_running():
-            return
+            return True
         self.phase = "deferred"
+        self.state.pending = {"target": target, "version": version, "phase": "deferred",
+                              "started_at": time.time()}  # fmt: skip
         await self._ack(target, version, "deferred", "a critical alert's analysis is running")
         deadline = time.monotonic() + self.settings.defer_max_s
         while self.host.critical_analysis_running() and time.monotonic() < deadline:
+            if target in self._inbox:
+                break
             await asyncio.sleep(_DEFER_POLL_S)
+        if target in self._inbox:
+            self.state.pending = None
+            await self._ack(target, version, "rejected", "superseded by a newer document")
+            return False
+        return True
 
     async def _apply(
-        self,
-        target: str,
-        new: TargetState,
-        candidate: LoadedConfig,
-        old: LoadedConfig,
-        engine: bool,
+        self, target: str, new: TargetState, candidate: LoadedConfig, engine: bool
     ) -> None:
         version = new.version
         self.phase = "applying"
         self.state.pending = {
             "target": target,
             "version": version,
+            "phase": "applying",
             "layer": new.layer,
             "engine": engine,
             "started_at": time.time(),
@@ -288,9 +334,13 @@ class FleetManager:
         if self.pause_before_apply_s:
             await asyncio.sleep(self.pause_before_apply_s)
         began = time.monotonic()
-        await self.host.apply_config(candidate, engine=engine)
-        self.phase = "gating"
-        failure = await self._gate(engine)
+        try:
+            await self.host.apply_config(candidate, engine=engine)
+            self.phase = "gating"
+            failure = await self._gate(engine)
+        except Exception as exc:  # half applied: the last known good goes back in
+            log.exception("fleet.apply_failed", target=target, version=version)
+            failure = f"the apply failed: {type(exc).__name__}: {exc}"
         if failure is None:
             new.applied_at = time.time()
             self.state.layers[target] = new
@@ -304,18 +354,32 @@ class FleetManager:
             await self._ack(target, version, "applied", f"healthy after {took} s", candidate)
             return
         log.error("fleet.rolling_back", target=target, version=version, reason=failure)
-        await self.host.apply_config(old, engine=engine)
+        good = await asyncio.to_thread(self._last_known_good)
+        try:
+            await self.host.apply_config(good, engine=engine)
+        except Exception:  # keyword alerts still run; the next start uses the good layers
+            log.exception("fleet.rollback_failed", target=target, version=version)
         self.state.pending = None
-        await asyncio.to_thread(self.store.save, self.state)
-        await self._ack(target, version, "rolled_back", f"health gate: {failure}", old)
+        reason = failure if failure.startswith("the apply") else f"health gate: {failure}"
+        await self._ack(target, version, "rolled_back", reason, good)
+
+    def _last_known_good(self) -> LoadedConfig:
+        """The store's layers over the local file (what a restart would run now)."""
+        try:
+            return _reload(self.local, _layers(self.state, self.targets))
+        except ConfigError:
+            return self.local
 
     async def _gate(self, engine: bool) -> str | None:
-        """None when healthy within the deadline; else why not."""
-        deadline = time.monotonic() + self.settings.health_gate_s
+        """None when healthy within the deadline (watched for at least _GATE_MIN_S);
+        else why not."""
+        began = time.monotonic()
+        deadline = began + self.settings.health_gate_s
+        self.host.health_begin()
         why = "no health report"
         while time.monotonic() < deadline:
             health = self.host.health(engine=engine)
-            if health.ok:
+            if health.ok and time.monotonic() - began >= _GATE_MIN_S:
                 return None
             if health.failed is not None:
                 return health.failed
@@ -344,8 +408,14 @@ class FleetManager:
         self.state.last[target] = {k: body[k] for k in ("version", "status", "reason")} | {
             "at": time.time()
         }
-        await asyncio.to_thread(self.store.save, self.state)
-        await self._publish_ack(body)
+        try:
+            await asyncio.to_thread(self.store.save, self.state)
+        except OSError as exc:  # a full disk must not stop the service; said loudly
+            log.error("fleet.state_not_saved", error=str(exc), target=target, status=status)
+        try:
+            await self._publish_ack(body)
+        except Exception:
+            log.exception("fleet.ack_not_published", target=target, status=status)
 
     def _keys_dir(self) -> Path:
         folder = self.settings.trusted_keys_dir

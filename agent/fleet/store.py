@@ -13,6 +13,7 @@ read; the service itself reads only `state.json`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -20,9 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 import yaml
 
-__all__ = ["FleetStore", "TargetState"]
+__all__ = ["FleetState", "FleetStore", "TargetState"]
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -37,6 +41,9 @@ class TargetState:
 class FleetState:
     layers: dict[str, TargetState] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)  # highest verified version per target
+    # The signature of the last verified document per target: its redelivery (a retained
+    # message, at every reconnect) is no news, whatever became of it.
+    signatures: dict[str, str] = field(default_factory=dict)
     last: dict[str, dict[str, Any]] = field(default_factory=dict)  # the last ack per target
     pending: dict[str, Any] | None = None  # {"target", "version", "layer", "started_at"}
 
@@ -47,16 +54,27 @@ class FleetStore:
         self.path = folder / "state.json"
 
     def load(self) -> FleetState:
+        """The saved state; a file that cannot be read as one (a manual edit, a newer
+        version's format) is set aside as state.json.corrupt-<time> and the service starts
+        on the local file alone: a broken fleet state must not keep the device down."""
         try:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
+            return FleetState(
+                layers={t: TargetState(**v) for t, v in raw.get("layers", {}).items()},
+                seen={t: int(v) for t, v in raw.get("seen", {}).items()},
+                signatures={t: str(v) for t, v in raw.get("signatures", {}).items()},
+                last=dict(raw.get("last", {})),
+                pending=raw.get("pending"),
+            )
         except FileNotFoundError:
             return FleetState()
-        return FleetState(
-            layers={t: TargetState(**v) for t, v in raw.get("layers", {}).items()},
-            seen={t: int(v) for t, v in raw.get("seen", {}).items()},
-            last=dict(raw.get("last", {})),
-            pending=raw.get("pending"),
-        )
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            aside = self.path.with_name(f"state.json.corrupt-{int(time.time())}")
+            with contextlib.suppress(OSError):
+                self.path.replace(aside)
+            log.error("fleet.state_unreadable", path=str(self.path), moved_to=str(aside),
+                      error=str(exc))  # fmt: skip
+            return FleetState()
 
     def save(self, state: FleetState) -> None:
         body = {
@@ -70,6 +88,7 @@ class FleetStore:
                 for t, s in state.layers.items()
             },
             "seen": state.seen,
+            "signatures": state.signatures,
             "last": state.last,
             "pending": state.pending,
             "saved_at": time.time(),

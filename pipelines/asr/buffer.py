@@ -77,15 +77,20 @@ class AudioBuffer(Generic[T]):
                     self._streams.move_to_end(sid)  # this stream waits for the others now
                     item, seconds = queue.popleft()
                     self._seconds[sid] -= seconds
-                    if not queue:
-                        self._seconds[sid] = 0.0  # no float residue on an empty queue
+                    if not queue:  # a stream that went quiet holds no entry
+                        del self._streams[sid]
+                        del self._seconds[sid]
                     return sid, item, seconds
             self._ready.clear()
             await self._ready.wait()
 
     def _pop(self, stream_id: str) -> Shed[T]:
-        item, seconds = self._streams[stream_id].popleft()
+        queue = self._streams[stream_id]
+        item, seconds = queue.popleft()
         self._seconds[stream_id] -= seconds
+        if not queue:
+            del self._streams[stream_id]
+            del self._seconds[stream_id]
         return Shed(stream_id, item, seconds)
 
     def _oldest_stream(self, exclude_last_of: str) -> str | None:

