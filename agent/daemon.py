@@ -31,7 +31,7 @@ from agent.config.loader import LoadedConfig, default_socket_path, resolve_mqtt_
 from agent.config.models import AgentConfig
 from agent.control import ControlServer
 from agent.errors_report import ErrorReporter
-from agent.fleet.manager import FleetManager, Health, effective_config, fleet_targets
+from agent.fleet.manager import FleetManager, Health, effective_config, fleet_filters
 from agent.fleet.planning import plan_verdict
 from agent.fleet.store import FleetStore
 from agent.metrics import Histogram, MetricsServer, SnapshotCollector
@@ -59,6 +59,7 @@ from pipelines.ingest import (
     InputRejected,
     RejectReason,
     Segment,
+    check_stream_allowed,
     parse_transcript,
 )
 from pipelines.overlap import StreamTimeline
@@ -109,9 +110,7 @@ class Daemon:
             self._on_message,
             self.stats,
             audio=cfg.asr.enabled,
-            extra_filters=[f"{t}/config" for t in fleet_targets(cfg.fleet, cfg.device_id)]
-            if store is not None
-            else (),
+            extra_filters=fleet_filters(cfg.fleet, cfg.device_id) if store is not None else (),
         )
         self.errors = ErrorReporter(
             self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
@@ -217,9 +216,7 @@ class Daemon:
         try:
             if not re.match(STREAM_ID_PATTERN, stream_id):
                 raise InputRejected(RejectReason.invalid_schema, f"stream id {stream_id!r}")
-            allowed = self.limits.allowed_streams
-            if allowed is not None and stream_id not in allowed:
-                raise InputRejected(RejectReason.stream_not_allowed, f"stream {stream_id!r}")
+            check_stream_allowed(stream_id, self.limits)
             self._check_new_stream(stream_id)
             seq, start = audio_properties(properties)
         except InputRejected as exc:

@@ -10,7 +10,14 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from typing_extensions import Self
 
-__all__ = ["IngestLimits", "InputRejected", "RejectReason", "Segment", "parse_transcript"]
+__all__ = [
+    "IngestLimits",
+    "InputRejected",
+    "RejectReason",
+    "Segment",
+    "check_stream_allowed",
+    "parse_transcript",
+]
 
 STREAM_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
@@ -68,6 +75,13 @@ class IngestLimits:
     max_future_skew_s: float = 300.0
 
 
+def check_stream_allowed(stream_id: str, limits: IngestLimits) -> None:
+    """Raises InputRejected(stream_not_allowed) when ingest.allowed_streams leaves it out
+    (transcripts and audio alike)."""
+    if limits.allowed_streams is not None and stream_id not in limits.allowed_streams:
+        raise InputRejected(RejectReason.stream_not_allowed, f"stream {stream_id!r}")
+
+
 def parse_transcript(
     topic_stream: str, payload: bytes, limits: IngestLimits, now: float
 ) -> Segment:
@@ -80,8 +94,7 @@ def parse_transcript(
         raise InputRejected(
             RejectReason.too_large, f"{len(payload)} bytes > limit {limits.max_payload_bytes}"
         )
-    if limits.allowed_streams is not None and topic_stream not in limits.allowed_streams:
-        raise InputRejected(RejectReason.stream_not_allowed, f"stream {topic_stream!r}")
+    check_stream_allowed(topic_stream, limits)
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:

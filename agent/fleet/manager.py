@@ -50,7 +50,14 @@ from agent.fleet.layers import (
 )
 from agent.fleet.store import FleetState, FleetStore, TargetState
 
-__all__ = ["FleetHost", "FleetManager", "Health", "effective_config", "fleet_targets"]
+__all__ = [
+    "FleetHost",
+    "FleetManager",
+    "Health",
+    "effective_config",
+    "fleet_filters",
+    "fleet_targets",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +95,11 @@ AckSink = Callable[[dict[str, Any]], Awaitable[None]]
 def fleet_targets(settings: FleetSettings, device_id: str) -> list[str]:
     """This device's targets, in the order their layers apply."""
     return [f"fleet/{g}" for g in settings.groups] + [f"fleet/device/{device_id}"]
+
+
+def fleet_filters(settings: FleetSettings, device_id: str) -> list[str]:
+    """The MQTT topics this device takes documents from (FleetManager.target_of reverses)."""
+    return [f"{t}/config" for t in fleet_targets(settings, device_id)]
 
 
 def _layers(state: FleetState, targets: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -143,7 +155,6 @@ class FleetManager:
         self.settings = local.config.fleet
         self.device_id = local.config.device_id
         self.targets = fleet_targets(self.settings, self.device_id)
-        self.filters = [f"{t}/config" for t in self.targets]
         self._publish_ack = publish_ack
         self._plan_check = plan_check
         self._inbox: dict[str, bytes] = {}  # target -> the latest document: desired state
