@@ -336,8 +336,7 @@ async def test_input_published_while_the_agent_is_away_is_delivered_on_its_retur
     """The persistent session (MQTT 5: clean start off and a session expiry; 3.1.1:
     clean_session off) makes the broker hold QoS 1 input for the service while it restarts."""
     first = agent_factory(f"mqtt.protocol={protocol}").start()
-    # A status comes after the subscription (`online` comes before it): the session exists.
-    await watcher.wait_for(lambda w: bool(w.on("status")), what="a status")
+    await watcher.wait_for(lambda w: "online" in _available(w), what="online")
     assert await asyncio.to_thread(first.terminate) == 0
     now = time.time()
     away = {"stream_id": "mic1", "seq": 1, "start": now, "end": now + 4,
