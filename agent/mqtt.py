@@ -177,9 +177,11 @@ class MqttLink:
             async with client:
                 began = time.monotonic()
                 self._client = client
-                await client.publish(self._topics.available, b"online", qos=1, retain=True)
                 for topic_filter in self._filters:
                     await client.subscribe(topic_filter, qos=1)
+                # `online` only once subscribed: a publisher that waits for it cannot send
+                # into a first session that does not hold its subscription yet.
+                await client.publish(self._topics.available, b"online", qos=1, retain=True)
                 self._stats.mqtt_connected = True
                 self._stats.mqtt_connects += 1
                 self._disconnected.clear()
