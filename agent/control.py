@@ -31,11 +31,14 @@ from typing import Any
 
 import structlog
 
+from pipelines.bounded_json import parse_json
+
 __all__ = ["ControlServer", "PeerCredentials", "peer_allowed", "request"]
 
 log = structlog.get_logger(__name__)
 
 _LINE_LIMIT = 64 * 1024
+_REQUEST_S = 5.0  # a client has this long to send its request line
 _FOLLOW_QUEUE = 256
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -74,6 +77,7 @@ class ControlServer:
         self.handler = handler
         self.refused = 0
         self.requests = 0
+        self.bad_requests = 0  # not JSON, too deep, too long, or no line in time
         self.follow_shed = 0
         self._followers: set[asyncio.Queue[dict[str, Any]]] = set()
         self._server: asyncio.AbstractServer | None = None
@@ -113,14 +117,24 @@ class ControlServer:
                 log.warning("control.refused", pid=peer.pid, uid=peer.uid, gid=peer.gid)
                 await _send(writer, {"ok": False, "error": "permission denied"})
                 return
-            line = await reader.readline()
+            try:
+                line = await asyncio.wait_for(reader.readline(), _REQUEST_S)
+            except asyncio.TimeoutError:
+                self.bad_requests += 1
+                await _send(writer, {"ok": False, "error": f"no request within {_REQUEST_S:g} s"})
+                return
+            except ValueError:  # readline past the stream limit (LimitOverrunError)
+                self.bad_requests += 1
+                await _send(writer, {"ok": False, "error": f"request over {_LINE_LIMIT} bytes"})
+                return
             if not line:
                 return
             try:
-                req = json.loads(line)
+                req = parse_json(line, max_bytes=_LINE_LIMIT)
                 if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
                     raise ValueError('expected {"cmd": ...}')
-            except ValueError as exc:
+            except ValueError as exc:  # JsonRejected is one
+                self.bad_requests += 1
                 await _send(writer, {"ok": False, "error": f"bad request: {exc}"})
                 return
             self.requests += 1
@@ -144,6 +158,8 @@ class ControlServer:
     ) -> None:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(_FOLLOW_QUEUE)
         self._followers.add(queue)
+        gone: asyncio.Future[bytes] | None = None
+        get: asyncio.Future[dict[str, Any]] | None = None
         try:
             await _send(writer, await self.handler({**req, "follow": False}))
             gone = asyncio.ensure_future(reader.read(1))  # EOF: the client hung up
@@ -151,10 +167,13 @@ class ControlServer:
                 get = asyncio.ensure_future(queue.get())
                 done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
                 if gone in done:
-                    get.cancel()
                     return
                 await _send(writer, {"ok": True, "event": get.result()})
         finally:
+            # A send that failed (the client vanished) leaves both waits pending otherwise.
+            for pending in (get, gone):
+                if pending is not None and not pending.done():
+                    pending.cancel()
             self._followers.discard(queue)
 
 

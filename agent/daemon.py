@@ -111,6 +111,7 @@ class Daemon:
             self.stats,
             audio=cfg.asr.enabled,
             extra_filters=fleet_filters(cfg.fleet, cfg.device_id) if store is not None else (),
+            on_error=self._on_message_error,
         )
         self.errors = ErrorReporter(
             self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
@@ -183,6 +184,15 @@ class Daemon:
             self._reject(topic, len(raw), exc)
             return
         self._accept(segment, topic, len(raw))
+
+    def _on_message_error(self, message: aiomqtt.Message, exc: Exception) -> None:
+        """A bug while handling one message (the link counted and logged it with the
+        traceback): the sender hears of it on the errors topic like any refusal."""
+        payload = message.payload
+        size = len(payload) if isinstance(payload, bytes | bytearray | str) else 0
+        self.errors.report(
+            message.topic.value, RejectReason.internal_error.value, size, repr(exc)[:200]
+        )
 
     def _check_new_stream(self, stream_id: str) -> None:
         if stream_id not in self.stats.streams and len(self.stats.streams) >= self._max_streams:
@@ -477,6 +487,7 @@ class Daemon:
                 "socket": str(self.control.path),
                 "requests": self.control.requests,
                 "refused": self.control.refused,
+                "bad_requests": self.control.bad_requests,
                 "follow_shed": self.control.follow_shed,
             }
         snap["fleet"] = self.fleet.snapshot() if self.fleet is not None else {"enabled": False}

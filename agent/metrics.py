@@ -136,6 +136,11 @@ def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[M
     if control is not None:
         out.counter("control_requests", "Control socket requests.", control.get("requests"))
         out.counter("control_refused", "Control connections refused.", control.get("refused"))
+        out.counter(
+            "control_bad_requests",
+            "Control requests refused as malformed (not JSON, too deep or long, too slow).",
+            control.get("bad_requests"),
+        )
 
     for h in histograms:
         out.histogram(h)

@@ -91,13 +91,18 @@ class MqttLink:
         *,
         audio: bool = False,
         extra_filters: Sequence[str] = (),
+        on_error: Callable[[aiomqtt.Message, Exception], None] | None = None,
     ) -> None:
         """`audio`: subscribe to the streams' audio topics too (asr.enabled);
-        `extra_filters`: more subscriptions (the fleet's document topics)."""
+        `extra_filters`: more subscriptions (the fleet's document topics);
+        `on_error`: told of an exception `on_message` raised (a bug: a payload we refuse
+        is the callback's business). The link logs and counts it either way and serves
+        the next message: one message must never end the connection or the service."""
         self._settings = settings
         self._password = password
         self._topics = topics
         self._on_message = on_message
+        self._on_error = on_error
         self._stats = stats
         self._filters = [
             topics.transcript_filter,
@@ -194,7 +199,7 @@ class MqttLink:
                 )
                 try:
                     async for message in client.messages:
-                        self._on_message(message)
+                        self._deliver(message)
                 except aiomqtt.MqttError as exc:
                     log.warning("mqtt.connection_lost", error=str(exc))
                     if time.monotonic() - began >= _HEALTHY_SESSION_S:
@@ -208,6 +213,19 @@ class MqttLink:
             self._stats.mqtt_connected = False
             self.connected.clear()
             self._disconnected.set()
+
+    def _deliver(self, message: aiomqtt.Message) -> None:
+        """One message to the callback, inside its own guard."""
+        try:
+            self._on_message(message)
+        except Exception as exc:  # contained here, reported below
+            self._stats.rejected["internal_error"] += 1
+            log.exception("mqtt.message_failed", topic=message.topic.value)
+            if self._on_error is not None:
+                try:
+                    self._on_error(message, exc)
+                except Exception:  # the report of a failure must not fail us
+                    log.exception("mqtt.message_error_report_failed")
 
     # -- publishing ---------------------------------------------------------------------
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from typing_extensions import Self
+
+from pipelines.bounded_json import JsonRejected, parse_json
 
 __all__ = [
     "IngestLimits",
@@ -49,6 +50,7 @@ class RejectReason(str, Enum):
     too_large = "too_large"
     not_utf8 = "not_utf8"
     invalid_json = "invalid_json"
+    too_deep = "too_deep"  # JSON nested past pipelines.bounded_json.MAX_DEPTH
     invalid_schema = "invalid_schema"
     stream_mismatch = "stream_mismatch"
     stream_not_allowed = "stream_not_allowed"
@@ -56,6 +58,7 @@ class RejectReason(str, Enum):
     from_future = "from_future"
     too_many_streams = "too_many_streams"
     invalid_properties = "invalid_properties"  # an audio message's MQTT v5 user properties
+    internal_error = "internal_error"  # our bug while handling it: logged with the traceback
 
 
 class InputRejected(Exception):
@@ -95,14 +98,10 @@ def parse_transcript(
             RejectReason.too_large, f"{len(payload)} bytes > limit {limits.max_payload_bytes}"
         )
     check_stream_allowed(topic_stream, limits)
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputRejected(RejectReason.not_utf8, f"byte {exc.start} is not UTF-8") from exc
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputRejected(RejectReason.invalid_json, f"{exc.msg} at char {exc.pos}") from exc
+    try:  # bounded: size, UTF-8 and nesting are checked before the parser runs
+        raw = parse_json(payload, max_bytes=limits.max_payload_bytes)
+    except JsonRejected as exc:
+        raise InputRejected(RejectReason(exc.reason), exc.detail) from exc
     try:
         segment = Segment.model_validate(raw)
     except ValidationError as exc:

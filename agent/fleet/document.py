@@ -20,7 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pipelines.bounded_json import JsonRejected, parse_json
+
 __all__ = [
+    "MAX_DOCUMENT_BYTES",
     "DocumentError",
     "FleetDocument",
     "canonical_bytes",
@@ -31,6 +34,8 @@ __all__ = [
     "sign_document",
     "verify_signature",
 ]
+
+MAX_DOCUMENT_BYTES = 64 << 10  # larger payloads are refused before they are parsed
 
 KEY_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _KEY_ID = re.compile(KEY_ID)
@@ -70,9 +75,9 @@ def canonical_bytes(doc: dict[str, Any]) -> bytes:
 def parse_document(payload: bytes) -> tuple[FleetDocument, dict[str, Any]]:
     """The document and its raw JSON (what was signed). Raises DocumentError."""
     try:
-        raw = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DocumentError("invalid_document", f"not JSON: {exc}") from exc
+        raw = parse_json(payload, max_bytes=MAX_DOCUMENT_BYTES)
+    except JsonRejected as exc:
+        raise DocumentError("invalid_document", f"not JSON we accept: {exc}") from exc
     if not isinstance(raw, dict):
         raise DocumentError("invalid_document", "not a JSON object")
     if not raw.get("signature") or not raw.get("key_id"):

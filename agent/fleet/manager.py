@@ -36,6 +36,7 @@ import structlog
 from agent.config.loader import ConfigError, LoadedConfig, load_config
 from agent.config.models import AgentConfig, FleetSettings
 from agent.fleet.document import (
+    MAX_DOCUMENT_BYTES,
     DocumentError,
     load_trusted_keys,
     parse_document,
@@ -49,6 +50,7 @@ from agent.fleet.layers import (
     restarts_engine,
 )
 from agent.fleet.store import FleetState, FleetStore, TargetState
+from pipelines.bounded_json import JsonRejected, parse_json
 
 __all__ = [
     "FleetHost",
@@ -64,7 +66,6 @@ log = structlog.get_logger(__name__)
 _GATE_POLL_S = 0.25
 _GATE_MIN_S = 1.0  # a gate watches at least this long: one lucky poll proves nothing
 _DEFER_POLL_S = 1.0
-MAX_DOCUMENT_BYTES = 64 << 10  # larger payloads are refused before they are parsed
 
 
 @dataclass(frozen=True)
@@ -445,10 +446,10 @@ class FleetManager:
 
 
 def _version_of(payload: bytes) -> int | None:
-    import json
-
+    """The version a rejected document claims, for its acknowledgement (None if unknown)."""
     try:
-        version = json.loads(payload).get("version")
-    except (ValueError, AttributeError):
+        doc = parse_json(payload, max_bytes=MAX_DOCUMENT_BYTES)
+    except JsonRejected:
         return None
+    version = doc.get("version") if isinstance(doc, dict) else None
     return version if isinstance(version, int) else None
