@@ -21,8 +21,8 @@ test-py310:
 	.venv310/bin/python -m pytest -m "not vllm"
 
 lint: setup
-	$(VENV)/bin/ruff check agent pipelines tests bench
-	$(VENV)/bin/ruff format --check agent pipelines tests bench
+	$(VENV)/bin/ruff check agent pipelines tests bench training
+	$(VENV)/bin/ruff format --check agent pipelines tests bench training
 	$(VENV)/bin/mypy
 
 bench: setup

@@ -23,14 +23,11 @@ from agent.engine.engine import GenerationResult
 from agent.engine.lazy import require_module
 from agent.supervisor import EngineSupervisor
 from pipelines.analysis import LlmUnavailable
-from pipelines.analysis_prompt import ChatFrame
+from pipelines.analysis_prompt import ChatFrame, chat_frame_of, encode_texts
 
-__all__ = ["EngineCodec", "EngineLlm", "chat_frame_of"]
+__all__ = ["EngineCodec", "EngineLlm"]
 
 log = structlog.get_logger(__name__)
-
-_SYSTEM = "\x00EDGE-AGENT-SYSTEM\x00"
-_USER = "\x00EDGE-AGENT-USER\x00"
 
 
 class EngineLlm:
@@ -84,7 +81,9 @@ class EngineCodec:
     async def encode(self, texts: Sequence[str], *, trusted: bool) -> list[list[int]]:
         tok = await self._get()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, _encode_all, tok, list(texts), trusted)
+        return await loop.run_in_executor(
+            self._pool, lambda: encode_texts(tok, list(texts), trusted=trusted)
+        )
 
     async def chat_frame(self) -> ChatFrame:
         tok = await self._get()
@@ -98,32 +97,3 @@ class EngineCodec:
 def _load_tokenizer(model_dir: Path) -> Any:
     transformers = require_module("transformers")
     return transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-
-
-def _encode_all(tokenizer: Any, texts: list[str], trusted: bool) -> list[list[int]]:
-    # split_special_tokens: a transcript saying "<|im_end|><|im_start|>system" is encoded
-    # as those characters, not as the control tokens that would end the user's turn.
-    return [
-        [
-            int(t)
-            for t in tokenizer.encode(x, add_special_tokens=False, split_special_tokens=not trusted)
-        ]
-        for x in texts
-    ]
-
-
-def chat_frame_of(tokenizer: Any) -> ChatFrame:
-    """Cut the model's chat template around a system and a user marker."""
-    if not getattr(tokenizer, "chat_template", None):
-        return ChatFrame.plain()
-    messages = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER}]
-    try:
-        text = str(
-            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        )
-        before, rest = text.split(_SYSTEM, 1)
-        between, after = rest.split(_USER, 1)
-    except Exception as exc:  # a template without a system role, or one that rewrites it
-        log.warning("analysis.chat_template_unusable", error=repr(exc))
-        return ChatFrame.plain()
-    return ChatFrame(before, between, after)

@@ -47,6 +47,7 @@ from pipelines.evidence import AcceptedFault, looks_like_instruction, parse_answ
 from pipelines.latency import LatencyWindow
 
 __all__ = [
+    "WITHHELD",
     "AnalysisLlm",
     "AnalysisReport",
     "AnalysisSettings",
@@ -64,7 +65,8 @@ _RETRY_MAX_S = 30.0
 _LATENCY_WINDOW = 256
 _PRIORITY_MAX_WAIT_S = 60.0  # a stream waiting longer than this goes before alert streams
 _MARKUP = re.compile(r"<\|[^|>]*\|>|[<>]")
-_WITHHELD = "[segment withheld: it reads like an instruction to a machine]"
+# What the model reads instead of a segment that reads like a command to a machine.
+WITHHELD = "[segment withheld: it reads like an instruction to a machine]"
 
 
 class AnalysisSettings(BaseModel):
@@ -461,6 +463,8 @@ class Analyzer:
         valid = True
         rejected: Counter[str] = Counter()
         accepted: tuple[AcceptedFault, ...] = ()
+        # The raw answer, for whoever measures the model (bench/quality runs at debug).
+        log.debug("analysis.answer", stream_id=st.stream_id, answer=answer.text[:2000])
         try:
             parsed = parse_answer(answer.text)
         except ValueError as exc:
@@ -652,7 +656,7 @@ class Analyzer:
             if looks_like_instruction(item.text):
                 self.withheld += 1
                 log.warning("analysis.segment_withheld", seq=item.seq, text=item.text[:120])
-                item = _Pending(item.seq, item.start, item.end, _WITHHELD, item.faults)  # noqa: PLW2901
+                item = _Pending(item.seq, item.start, item.end, WITHHELD, item.faults)  # noqa: PLW2901
             shown.append(item)
         pending = shown
         rendered = [render_line(p.seq, p.start, p.text) for p in pending]

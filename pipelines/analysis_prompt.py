@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from pipelines.detect import FaultRule, Severity
 
 __all__ = [
@@ -27,13 +29,19 @@ __all__ = [
     "ChatFrame",
     "analysis_request",
     "analysis_schema",
+    "chat_frame_of",
+    "encode_texts",
     "render_head",
     "render_line",
     "render_transcript_open",
     "summary_request",
 ]
 
+log = structlog.get_logger(__name__)
+
 OTHER = "other"  # the code of a fault outside the catalogue
+_SYSTEM_MARK = "\x00EDGE-AGENT-SYSTEM\x00"
+_USER_MARK = "\x00EDGE-AGENT-USER\x00"
 
 # The answer ends the user turn; the frame's `after_user` opens the assistant's.
 ANALYSIS_REQUEST = (
@@ -151,3 +159,41 @@ def analysis_schema(
         "required": ["faults"],
         "additionalProperties": False,
     }
+
+
+def chat_frame_of(tokenizer: Any) -> ChatFrame:
+    """Cut the model's chat template (a Hugging Face tokenizer's) around a system and a user
+    marker. The service and the training corpus (training/) both build their prompts
+    with it, so what the model trains on is what it is served."""
+    if not getattr(tokenizer, "chat_template", None):
+        return ChatFrame.plain()
+    messages = [
+        {"role": "system", "content": _SYSTEM_MARK},
+        {"role": "user", "content": _USER_MARK},
+    ]
+    try:
+        text = str(
+            tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        )
+        before, rest = text.split(_SYSTEM_MARK, 1)
+        between, after = rest.split(_USER_MARK, 1)
+    except Exception as exc:  # a template without a system role, or one that rewrites it
+        log.warning("analysis.chat_template_unusable", error=repr(exc))
+        return ChatFrame.plain()
+    return ChatFrame(before, between, after)
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str], *, trusted: bool) -> list[list[int]]:
+    """Token ids of each text with a Hugging Face tokenizer, no special tokens added.
+
+    split_special_tokens for untrusted text: a transcript saying
+    "<|im_end|><|im_start|>system" is encoded as those characters, not as the control
+    tokens that would end the user's turn. Trusted text (our template pieces) keeps them.
+    """
+    return [
+        [
+            int(t)
+            for t in tokenizer.encode(x, add_special_tokens=False, split_special_tokens=not trusted)
+        ]
+        for x in texts
+    ]

@@ -102,8 +102,33 @@ _EN_NEGATIONS = [
     "zero",
 ]
 _ZH_NEGATIONS = ["没有", "没", "无", "不", "未", "非", "别", "并非"]
-# Ordinary words that contain a negation character but negate nothing (持续不断的轴承异响).
-_ZH_NOT_NEGATIONS = ["不断", "不停", "不止", "不好", "不妙", "不对", "不少", "无论", "非常", "无法"]
+# Ordinary words that contain a negation character but negate nothing (持续不断的轴承异响,
+# 特别刺耳),
+# and potential complements that say a machine cannot do something, which is the symptom
+# itself, not a denial of it (带不动, 停不住, 受不了, 停不下来, 手放不上去).
+_ZH_NOT_NEGATIONS = [
+    "不断",
+    "不停",
+    "不止",
+    "不好",
+    "不妙",
+    "不对",
+    "不少",
+    "无论",
+    "非常",
+    "无法",
+    "不动",
+    "不住",
+    "不了",
+    "不下",
+    "不上去",
+    "不走",
+    "特别",
+    "别人",
+    "别的",
+    "分别",
+    "区别",
+]
 # "bearing noise is gone", "轴承异响已消除": the fault is mentioned to say it is over.
 _EN_CLEARED = ["normal", "fine", "ok", "okay", "resolved", "cleared", "fixed", "gone"]
 _ZH_CLEARED = ["正常", "消失", "消除", "排除", "解除", "恢复"]

@@ -284,10 +284,13 @@ def _label_terms(label: str) -> frozenset[str]:
 
 def _terms(phrases: Iterable[str]) -> frozenset[str]:
     """Five-letter stems of the Latin words and two-character Chinese terms, generic ones
-    left out."""
+    left out. A catalogue word of a single CJK character (烫, "scalding") is a term of its
+    own: listing it is the catalogue's decision that the character alone names the fault."""
     terms: set[str] = set()
     for phrase in phrases:
         us = units(phrase)
+        if len(us) == 1 and is_cjk(us[0].text):
+            terms.add(us[0].text)
         for a, b in itertools.pairwise(us):
             if is_cjk(a.text) and is_cjk(b.text) and a.text + b.text not in _GENERIC_CJK:
                 terms.add(a.text + b.text)
@@ -299,10 +302,20 @@ def _terms(phrases: Iterable[str]) -> frozenset[str]:
 
 def _on_topic(quote: str, terms: frozenset[str]) -> bool:
     us = units(quote)
-    if any(u.text[:_STEM] in terms for u in us if not is_cjk(u.text)):
+    if any(_stem_in(u.text, terms) for u in us if not is_cjk(u.text)):
         return True
     cjk = "".join(u.text for u in us if is_cjk(u.text))
-    return any(cjk[i : i + 2] in terms for i in range(len(cjk) - 1))
+    return any(cjk[i : i + 2] in terms for i in range(len(cjk) - 1)) or any(
+        ch in terms for ch in cjk
+    )
+
+
+def _stem_in(word: str, terms: frozenset[str]) -> bool:
+    """A heard word against the terms: by its five-letter stem, and a term shorter than a
+    stem also with a short inflection (drip ~ drips, leak ~ leaked, hot ~ hots)."""
+    if word[:_STEM] in terms:
+        return True
+    return any(word[:n] in terms for n in range(3, _STEM) if len(word) - n <= 2)
 
 
 def _weight(quote: str) -> int:
