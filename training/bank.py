@@ -58,7 +58,10 @@ class Bank:
     chatter: Sequence[str]
     openers: Sequence[str]  # before a clause: "hey," / "注意，"
     closers: Sequence[str]  # after a clause: "can someone check." / "快来看看。"
-    notes: Sequence[str] = field(default=())  # engine notes on dropped history ({facts})
+    notes: Sequence[str] = field(default=())  # engine notes on dropped history
+    # Said after a fault by the people dealing with it (actions, guesses, who to call):
+    # about the fault but not evidence of it, so the answer quotes the symptom, not these.
+    followups: Sequence[str] = field(default=())
 
 
 def fill(template: str, rng: random.Random, slots: Mapping[str, Sequence[str]]) -> str:

@@ -727,6 +727,27 @@ _NOTES = [
     "routine shift talk about cartons, forklifts and the schedule",
 ]
 
+_FOLLOWUPS = [
+    "{name}, get the fitter over here",
+    "I'll put a tray under it for now",
+    "let's swap it at the break",
+    "shut it down and lock it out before anyone touches it",
+    "maintenance is on the way, ten minutes they said",
+    "can someone grab the tension gauge and the long allen keys",
+    "I'm dropping the speed until they get here",
+    "probably the seal again, same as last month",
+    "logged it in the book",
+    "I told the supervisor, she's coming down",
+    "do we have a spare in the crib?",
+    "right, I'll keep an eye on it",
+    "write it on the handover sheet",
+    "the fitter says he can look at it after lunch",
+    "ok stop feeding it for a minute",
+    "take a photo for the maintenance ticket",
+    "we'll run it slow until the end of the shift",
+    "is it safe to keep going?",
+]
+
 BANK_EN = Bank(
     lang="en",
     joiner=" ",
@@ -737,4 +758,5 @@ BANK_EN = Bank(
     openers=_OPENERS,
     closers=_CLOSERS,
     notes=_NOTES,
+    followups=_FOLLOWUPS,
 )

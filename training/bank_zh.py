@@ -236,6 +236,7 @@ _FAULTS = {
             "{rot}转起来{noise_zh}的，很刺耳",
             "{rot}有{noise_desc}，隔着过道都听得见",
             "{rot}那边的杂音越来越大",
+            "{rot}那里，有咔咔的怪声，越转越响",
             "{rot}{time}有怪声",
             "你听{rot}，{noise_zh}的杂音",
         ],
@@ -264,6 +265,7 @@ _FAULTS = {
             "{hotpart}滚烫滚烫的",
             "{hotpart}热得很，手都放不上去",
             "{hotpart}高温，一直在升",
+            "{hotpart}那里，烫得手都放不上去",
         ],
         reading=[
             "{hotpart}温度{hot_deg}度",
@@ -293,6 +295,7 @@ _FAULTS = {
             "{beltpart}吱吱叫，带不动货",
             "{beltpart}太松，一直往下滑",
             "{beltpart}速度忽快忽慢",
+            "{beltpart}那里，一会儿走一会儿打滑",
         ],
         trend=[
             ["{beltpart}偶尔顿一下", "{beltpart}顿得越来越频繁", "{beltpart}现在基本不走了"],
@@ -316,6 +319,7 @@ _FAULTS = {
             "{vibpart}高速的时候共振",
             "{vibpart}在底座上跳动",
             "{vibpart}摇晃{time}",
+            "{vibpart}那边，整个在抖，螺丝都松了",
         ],
         reading=["{machine}振动值14毫米每秒", "{vibpart}的振动传感器显示11"],
         trend=[["{vibpart}有点抖", "{vibpart}抖得比刚才厉害", "{vibpart}现在剧烈晃动"]],
@@ -337,6 +341,8 @@ _FAULTS = {
             "{leakpart}喷出油来了",
             "{machine}下面地上全是油渍",
             "{leakpart}一直在滴答",
+            "{leakpart}那里，一直往下滴油",
+            "{machine}下面，又是一滩油",
             "能听到{leakpart}嘶嘶地跑气",
         ],
         trend=[["{leakpart}下面有几滴油", "{leakpart}滴油滴得快了", "{leakpart}下面一大滩油"]],
@@ -359,6 +365,7 @@ _FAULTS = {
             "{motorpart}电流太大",
             "{motorpart}的空开一直跳",
             "{motorpart}转得很吃力，电流往上窜",
+            "{motorpart}那里，又跳闸了，复位了也撑不住",
         ],
         reading=["{motorpart}电流显示{amps}安", "电流表上{motorpart}是{amps}安"],
         trend=[["{motorpart}听着有点吃力", "{motorpart}电流一直在涨", "{motorpart}跳闸了"]],
@@ -573,6 +580,27 @@ _NOTES = [
     "routine shift talk in Mandarin, nothing unusual reported",
 ]
 
+_FOLLOWUPS = [
+    "{name}，把钳工叫过来",
+    "先放个油盘接着",
+    "休息的时候换掉吧",
+    "先停机上锁，谁都别碰",
+    "维修说十分钟到",
+    "谁去拿一下张力计和长的内六角",
+    "先降速，等维修来",
+    "估计又是密封的问题，跟上个月一样",
+    "我记在本子上了",
+    "跟班长说了，她马上下来",
+    "仓库里有备件吗",
+    "好，我盯着点",
+    "写到交接班记录里",
+    "钳工说吃完饭过来看",
+    "先别往里送料了",
+    "拍张照片发维修群",
+    "这个班先慢点跑",
+    "还能继续开吗",
+]
+
 BANK_ZH = Bank(
     lang="zh",
     joiner="",
@@ -583,4 +611,5 @@ BANK_ZH = Bank(
     openers=_OPENERS,
     closers=_CLOSERS,
     notes=_NOTES,
+    followups=_FOLLOWUPS,
 )

@@ -184,6 +184,18 @@ class StreamMaker:
         for _ in range(min(hard, len(free))):
             kind = "injection" if rng.random() < 0.25 else rng.choice(NEGATIVE_KINDS)
             said[free.pop()] = self.negative(rng, bank, kind)
+        # People go on about a fault after it is said: actions, guesses, who to call.
+        for i in range(length - 1):
+            current = said[i]
+            if (
+                current is not None
+                and current.evidence
+                and said[i + 1] is None
+                and bank.followups
+                and rng.random() < 0.6
+            ):
+                text = fill(rng.choice(bank.followups), rng, bank.slots)
+                said[i + 1] = Said(text, kind="followup")
         filled = [s if s is not None else self.chatter(rng, bank) for s in said]
 
         evidence_at = [i for i, s in enumerate(filled) if s.evidence]
