@@ -226,6 +226,19 @@ def _engine(out: _Families, llm: Mapping[str, Any]) -> None:
         return
     for s in {*_ENGINE_STATES, str(state)}:
         out.gauge("engine_state", "1 for the engine's current state.", int(s == state), state=s)
+    model = llm.get("model")
+    if model:
+        out.gauge(
+            "engine_model_info",
+            "1 for the model the engine serves: its folder name, weights digest, base and "
+            "merged adapter (empty when the base serves; adapter_error says why not).",
+            1,
+            model=str(model.get("name") or ""),
+            sha256=str(model.get("weights_sha256") or ""),
+            base=str(model.get("base") or ""),
+            adapter=str(model.get("adapter") or ""),
+            adapter_error=str(model.get("adapter_error") or ""),
+        )
     rung = llm.get("rung", {})
     out.gauge(
         "engine_rung", "The watchdog ladder's rung (0: the profile as written).", rung.get("index")

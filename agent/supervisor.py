@@ -617,6 +617,7 @@ class EngineSupervisor:
             "detail": self.detail,
             "vllm_version": info.vllm_version if info else None,
             "backend": info.backend if info else None,
+            "model": self.engine.model.as_dict() if self.engine.model else None,
             "spec": f"{info.spec_method} k={info.spec_k}" if info else None,
             "degraded": self.degraded,
             "shedding": self.shedding,

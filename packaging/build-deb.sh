@@ -164,6 +164,13 @@ done
 install -m 0644 systemd/edge-agent.service "$ROOT/lib/systemd/system/"
 install -m 0644 configs/agent.yaml "$ROOT/etc/edge-agent/agent.yaml"
 install -m 0644 configs/profiles/*.yaml "$ROOT/etc/edge-agent/profiles/"
+# Our adapters (models/): merged into their base at the engine's first start
+# (agent/engine/adapters.py looks in /usr/share/edge-agent/models).
+for adapter in models/*/; do
+  install -d "$ROOT/usr/share/edge-agent/$adapter"
+  install -m 0644 "$adapter"adapter_config.json "$adapter"adapter_model.safetensors \
+    "$adapter"adapter_meta.json "$adapter"MODEL_CARD.md "$ROOT/usr/share/edge-agent/$adapter"
+done
 install -d "$ROOT/etc/edge-agent/trusted_keys"  # fleet.trusted_keys_dir (docs/fleet.md)
 install -m 0644 packaging/debian/copyright "$ROOT/usr/share/doc/$PKG/copyright"
 install -d "$ROOT/usr/share/man/man1"

@@ -112,9 +112,7 @@ def test_every_hard_negative_class_is_answered_with_no_fault(tokenizer: Any) -> 
         for kind in NEGATIVE_KINDS:
             stream = maker.stream(random.Random(f"neg:{lang}:{kind}"))
             said = tuple(maker.negative(rng, bank, kind) for _ in range(6))
-            stream = type(stream)(
-                stream.stream_id, lang, said, 10, stream.start, (5.0,) * 6, (5,)
-            )
+            stream = type(stream)(stream.stream_id, lang, said, 10, stream.start, (5.0,) * 6, (5,))
             examples = asyncio.run(renderer.render(stream, rng))
             targets = {e.target for e in examples if e.task == "analysis"}
             assert targets == {'{"faults":[]}'}, (lang, kind, targets)

@@ -193,6 +193,10 @@ def render_status(st: dict[str, Any], console: Console) -> None:
         vllm = llm.get("vllm_version") or "-"
         spec = llm.get("spec") or "-"
         head.add_row("engine", f"{llm.get('state')} ({backend}, vLLM {vllm}, {spec})")
+        model = llm.get("model") or {}
+        head.add_row(
+            "model", str(model.get("line") or "- (not chosen yet: the engine has not started)")
+        )
         head.add_row("rung", f"{rung.get('index')}/{rung.get('of')}: {rung.get('name')}")
         if last:
             head.add_row(

@@ -46,7 +46,7 @@ from agent.engine.errors import (
     EngineWontFit,
 )
 from agent.engine.lazy import optional_module, require_module
-from agent.engine.model_prep import ModelPrepError, model_dir_for
+from agent.engine.model_prep import ModelChoice, ModelPrepError, resolve_model
 from agent.engine.planner import MemoryPlan, PlanError, plan_memory
 from agent.engine.profile import EngineProfile
 from agent.engine.repetition import RepetitionGuard, tail_repeats
@@ -76,6 +76,7 @@ class EngineInfo:
     vllm_version: str
     backend: str
     model_dir: Path
+    model: ModelChoice
     start_seconds: float
     kv_capacity_tokens: int | None
     max_model_len: int
@@ -155,6 +156,8 @@ class Engine:
         self._last_profile: EngineProfile | None = None
         self._last_controller: AcceptanceController | None = None
         self._applied_k: int | None = None  # k of the last start, once a step-down applied
+        # What the last start chose to serve (known before vLLM is up, kept after it stops).
+        self.model: ModelChoice | None = None
         # Request latencies over the engine's life (every run): /metrics' histograms.
         self.ttft = LatencyWindow()
         self.per_token = LatencyWindow(buckets=TOKEN_BUCKETS_S)
@@ -249,9 +252,11 @@ class Engine:
 
     async def _start(self, profile: EngineProfile, speculative_k: int | None) -> _Run:
         try:
-            model_dir = await asyncio.to_thread(model_dir_for, profile)
+            choice = await asyncio.to_thread(resolve_model, profile)
         except ModelPrepError as exc:
             raise EngineStartError(_name_missing_vllm(str(exc))) from exc
+        self.model = choice
+        model_dir = choice.path
         plan, spec = await asyncio.to_thread(_plan, model_dir, profile, speculative_k)
         if not plan.fits:
             log.error("engine_refused", model=str(model_dir), verdict=plan.verdict)
@@ -305,6 +310,7 @@ class Engine:
             vllm_version=meta["version"],
             backend=meta["backend"],
             model_dir=model_dir,
+            model=choice,
             start_seconds=round(elapsed, 2),
             kv_capacity_tokens=collector.kv_capacity_tokens,
             max_model_len=profile.max_model_len,
@@ -317,6 +323,7 @@ class Engine:
             vllm_version=info.vllm_version,
             backend=info.backend,
             model=str(model_dir),
+            model_line=choice.line(),
             start_s=info.start_seconds,
             kv_capacity_tokens=info.kv_capacity_tokens,
             max_model_len=profile.max_model_len,

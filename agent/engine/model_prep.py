@@ -13,7 +13,13 @@ $EDGE_AGENT_CACHE_DIR/models/smollm2-135m-instruct and reused afterwards.
   names the source; a folder without a matching marker is converted again. A file lock
   keeps two processes (make, pytest) from converting at the same time.
 
-Run `python -m agent.engine.model_prep` to prepare it and print the folder.
+The profile may name one of our LoRA adapters (`engine.adapter`, models/): it is merged
+into the base once (agent.engine.adapters) and the merged folder is what vLLM serves.
+`resolve_model` makes that choice and says what it chose; an adapter that is missing or
+damaged leaves the base in service with the reason, never a failed start.
+
+Run `python -m agent.engine.model_prep` to prepare the default profile's model (setup does)
+and print the folder and the model line `agentctl status` shows.
 """
 
 from __future__ import annotations
@@ -26,12 +32,15 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agent.engine.adapters import ensure_merged, find_adapter, model_digest
 from agent.engine.lazy import require_module
+from agent.engine.lora import AdapterInvalid
 from agent.engine.paths import default_model_dir
 
 if TYPE_CHECKING:
@@ -39,11 +48,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MARKER_NAME",
+    "ModelChoice",
     "ModelPrepError",
     "ensure_default_model",
     "find_smollm2_gguf",
     "main",
     "model_dir_for",
+    "resolve_model",
 ]
 
 log = structlog.get_logger(__name__)
@@ -111,17 +122,75 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def model_dir_for(profile: EngineProfile) -> Path:
-    """The profile's model folder; the default one is converted first if needed (random
-    weights need no conversion). Blocking, like ensure_default_model.
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model folder a profile serves, and what it is."""
+
+    path: Path
+    name: str  # the served folder's name: <base> or <base>+<adapter>
+    weights_sha256: str | None  # None for random (dummy) weights
+    base: str
+    adapter: str | None  # merged adapter's name; None when serving the base
+    adapter_sha256: str | None = None
+    adapter_error: str | None = None  # why the configured adapter is not in use
+    warning: str | None = None
+
+    def line(self) -> str:
+        """One line for people: `agentctl status`, the demo, setup."""
+        digest = f", sha256 {self.weights_sha256[:12]}" if self.weights_sha256 else ""
+        if self.adapter is not None:
+            text = f"{self.adapter} (LoRA merged into {self.base}{digest})"
+        else:
+            text = f"base {self.base}{digest}"
+            if self.adapter_error:
+                text += f" (adapter {self.adapter_error})"
+        return f"{text}; {self.warning}" if self.warning else text
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "path": str(self.path), "line": self.line()}
+
+
+def resolve_model(profile: EngineProfile) -> ModelChoice:
+    """The folder the engine serves for `profile`: the base (converted first if it is the
+    default one) with the profile's adapter merged in when it has one that is valid.
+    Blocking (conversion, merge, digests: seconds once, then cached).
 
     Raises:
-        ModelPrepError: the default model cannot be prepared.
+        ModelPrepError: the default base cannot be prepared. An adapter problem is not
+            raised: the base is chosen and `adapter_error` says why.
     """
-    model_dir = profile.model_path()
-    if model_dir == default_model_dir() and profile.load_format != "dummy":
-        return ensure_default_model()
-    return model_dir
+    base = profile.model_path()
+    if profile.load_format == "dummy":
+        return ModelChoice(base, base.name, None, base.name, None)
+    if base == default_model_dir():
+        base = ensure_default_model()
+    try:
+        base_sha: str | None = model_digest(base)
+    except (OSError, ValueError) as exc:  # a folder vLLM may still load (.bin weights)
+        log.warning("model_digest_unavailable", model=str(base), error=str(exc))
+        base_sha = None
+    if profile.adapter is None:
+        return ModelChoice(base, base.name, base_sha, base.name, None)
+    try:
+        merged = ensure_merged(base, find_adapter(profile.adapter))
+    except AdapterInvalid as exc:
+        reason = f"{profile.adapter} invalid: {exc}"
+        log.error("adapter_invalid", adapter=profile.adapter, error=str(exc), serving=str(base))
+        return ModelChoice(base, base.name, base_sha, base.name, None, adapter_error=reason)
+    return ModelChoice(
+        merged.path,
+        merged.path.name,
+        merged.weights_sha256,
+        base.name,
+        find_adapter(profile.adapter).name,
+        adapter_sha256=merged.adapter_sha256,
+        warning=merged.warning,
+    )
+
+
+def model_dir_for(profile: EngineProfile) -> Path:
+    """The folder `resolve_model` chooses (the planner and the ladder need only that)."""
+    return resolve_model(profile).path
 
 
 def ensure_default_model(cache_dir: Path | None = None) -> Path:
@@ -161,20 +230,28 @@ def ensure_default_model(cache_dir: Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from agent.engine.paths import CACHE_DIR_ENV
+    from agent.engine.profile import ProfileError, load_engine_profile
+
     parser = argparse.ArgumentParser(
         prog="python -m agent.engine.model_prep",
-        description="Convert the bundled SmolLM2-135M-Instruct GGUF to an HF folder; print it.",
+        description="Convert the bundled SmolLM2-135M-Instruct GGUF to an HF folder and merge "
+        "the profile's adapter into it; print the folder and what it is.",
     )
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="default: $EDGE_AGENT_CACHE_DIR"
     )
+    parser.add_argument("--profile", default="cpu-dev", help="profile name or file")
     args = parser.parse_args(argv)
+    if args.cache_dir is not None:
+        os.environ[CACHE_DIR_ENV] = str(args.cache_dir)
     try:
-        path = ensure_default_model(args.cache_dir)
-    except ModelPrepError as exc:
+        choice = resolve_model(load_engine_profile(args.profile))
+    except (ModelPrepError, ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(path)
+    print(choice.path)
+    print(f"model: {choice.line()}", file=sys.stderr)
     return 0
 
 

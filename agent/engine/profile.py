@@ -206,6 +206,15 @@ class EngineProfile(_Model):
         "${EDGE_AGENT_CACHE_DIR} and ~ are expanded. The default folder is the converted "
         "SmolLM2-135M-Instruct, prepared on first use; nothing is ever downloaded.",
     )
+    adapter: str | None = Field(
+        None,
+        title="Tuned adapter",
+        description="One of our LoRA adapters merged into `model` before the engine starts "
+        "(once; cached beside the model): a folder name under models/ (the source tree), "
+        "/usr/share/edge-agent/models (the package) or $EDGE_AGENT_MODELS_DIR, or a path. "
+        "None: the model as it is. A missing or damaged adapter leaves the base model in "
+        "service, and the status says why.",
+    )
     load_format: Literal["auto", "safetensors", "dummy"] = Field(
         "auto",
         title="Load format",

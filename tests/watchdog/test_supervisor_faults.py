@@ -24,6 +24,7 @@ from agent.engine import (
     load_engine_profile,
 )
 from agent.engine.engine import Engine, EngineHealth, EngineInfo, GenerationResult
+from agent.engine.model_prep import ModelChoice
 from agent.engine.stats import EngineStats
 from agent.supervisor import EngineSupervisor, Trouble, is_out_of_memory, supervised
 from agent.watchdog.events import EventLog
@@ -57,6 +58,7 @@ class StandInEngine:
         self.state = "stopped"
         self.profile: EngineProfile | None = None
         self.info: EngineInfo | None = None
+        self.model: ModelChoice | None = None
         self.started: list[EngineProfile] = []
         self.healthy = True
         self.block = asyncio.Event()  # complete() waits on it when `hang` is set
@@ -70,9 +72,11 @@ class StandInEngine:
         self.started.append(profile)
         self.state, self.healthy = "running", True
         k = profile.speculative.num_speculative_tokens if profile.speculative.enabled else 0
+        self.model = ModelChoice(Path("m"), "m", None, "m", None)
         self.info = EngineInfo(
-            "0.0", "cpu", Path("m"), 0.01, 1000, profile.max_model_len, "ngram", k, "fits"
-        )
+            "0.0", "cpu", Path("m"), self.model, 0.01, 1000, profile.max_model_len, "ngram", k,
+            "fits",
+        )  # fmt: skip
         return self.info
 
     def core_pids(self) -> list[int]:
