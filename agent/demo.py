@@ -66,6 +66,18 @@ def _fmt(event: dict[str, Any]) -> str:
     )
 
 
+def _tiers_line(sources: dict[tuple[str, str], set[str]]) -> str:
+    """Which tier saw what: alerts per tier, and the ones only the slow tier raised."""
+    keyword = sum(1 for tiers in sources.values() if "keyword" in tiers)
+    llm = sum(1 for tiers in sources.values() if "llm" in tiers)
+    only = sorted(f"{s} {f}" for (s, f), tiers in sources.items() if tiers == {"llm"})
+    tail = f" ({', '.join(only)})" if only else ""
+    return (
+        f"-- tiers: {len(sources)} alerts; keyword saw {keyword}, LLM saw {llm}, "
+        f"only the LLM {len(only)}{tail}"
+    )
+
+
 def _llm_line(llm: dict[str, Any]) -> str:
     a = llm.get("analysis") or {}
     rejected = ", ".join(f"{k} {v}" for k, v in sorted((a.get("faults_rejected") or {}).items()))
@@ -82,6 +94,7 @@ class _Watch:
     def __init__(self, child: subprocess.Popen[bytes]) -> None:
         self.child = child
         self.counts: dict[str, int] = {}
+        self.sources: dict[tuple[str, str], set[str]] = {}  # (stream, fault) -> tiers
         self.status: dict[str, Any] = {}
         self.online = asyncio.Event()
         self.changed = asyncio.Event()
@@ -100,6 +113,11 @@ class _Watch:
             else:
                 event = json.loads(payload)
                 self.counts[event["type"]] = self.counts.get(event["type"], 0) + 1
+                alert = event["alert"]
+                key = (alert["stream_id"], alert["fault"])
+                self.sources.setdefault(key, set()).update(
+                    alert.get("sources") or [alert["source"]]
+                )
                 print(_fmt(event), flush=True)
 
     @property
@@ -130,6 +148,7 @@ class _Watch:
         line = f"-- engine: {llm.get('state', 'not started')} after {took:.0f} s"
         if ok and llm.get("state") == "running":
             line += f" (vLLM {llm.get('vllm_version')}, speculative {llm.get('spec')})"
+            line += f"\n-- model: {(llm.get('model') or {}).get('line')}"
         else:
             line += f": {llm.get('detail')}; keyword alerts only"
         print(line, flush=True)
@@ -210,6 +229,7 @@ async def _replay_and_watch(
         if watch.llm.get("state") == "running":
             await watch.analyses_done()
         await asyncio.sleep(_QUIET_END_S + 3)
+        print(_tiers_line(watch.sources), flush=True)
         await _show_status(socket)
         child.send_signal(signal.SIGTERM)
         await asyncio.to_thread(child.wait, 60)

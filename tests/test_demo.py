@@ -54,7 +54,16 @@ def test_demo_prints_every_spoken_fault_and_stops_cleanly() -> None:
     assert _alerts(done.stdout, "END") == EXPECTED
     [llm] = [line for line in done.stdout.splitlines() if line.startswith("-- LLM:")]
     analyses = int(llm.split()[2])
-    assert analyses >= 2  # both streams were analysed (coalesced, so a few, not 14)
+    assert analyses >= 3  # every stream was analysed (coalesced, so a few, not 18)
+    assert "-- model: smollm2-135m-edge (LoRA merged into smollm2-135m-instruct" in done.stdout
+    # Said in other words on line3-mic4: only the tuned slow tier sees it, and the harmless
+    # mention of new bearings there raises nothing.
+    assert ("line3-mic4", "temperature_over_limit") in _alerts(done.stdout, "NEW", tier="llm")
+    mic4 = {
+        fault for stream, fault in _alerts(done.stdout, "NEW", tier="llm") if stream == "line3-mic4"
+    }
+    assert mic4 == {"temperature_over_limit"}
+    assert "only the LLM" in done.stdout and "line3-mic4 temperature_over_limit" in done.stdout
     assert "-- service is stopped" in done.stdout
 
 
