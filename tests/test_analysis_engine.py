@@ -43,7 +43,11 @@ async def engine_link(default_model: Path) -> AsyncIterator[tuple[Any, Any]]:
     from agent.supervisor import EngineSupervisor, supervised
 
     assert CONFIG.engine is not None
-    host = EngineSupervisor(CONFIG.engine.model_copy(update={"model": str(default_model)}))
+    # The base model: these tests force answers through the engine's output path to test
+    # the mechanics; the tuned model's own findings are tests/test_tuned_model.py's.
+    host = EngineSupervisor(
+        CONFIG.engine.model_copy(update={"model": str(default_model), "adapter": None})
+    )
     async with supervised(host):
         assert await host.wait_serving(), host.detail
         codec = EngineCodec(host)

@@ -165,7 +165,10 @@ def ensure_merged(base: Path, adapter: Path, cache: Path | None = None) -> Merge
         AdapterInvalid: the adapter is missing, damaged or does not fit the base.
     """
     config, meta, adapter_sha = _read_adapter(adapter)
-    base_sha = model_digest(base, cache)
+    try:
+        base_sha = model_digest(base, cache)
+    except (OSError, ValueError) as exc:  # no weights to merge into: the base as it is
+        raise AdapterInvalid(f"cannot merge into {base}: {exc}") from exc
     target = cache_dir(cache) / "models" / f"{base.name}+{adapter.name}"
     found = _is_current(target, base_sha, adapter_sha)
     if found is not None:

@@ -189,3 +189,15 @@ def test_the_shipped_adapter_merges_into_the_converted_base(default_model: Path)
     base = resolve_model(profile.model_copy(update={"adapter": None}))
     assert base.path == default_model and base.adapter is None
     assert base.weights_sha256 != choice.weights_sha256
+
+
+def test_a_base_without_weights_to_merge_into_is_served_as_it_is(
+    tmp_path: Path, cache: Path
+) -> None:
+    """A folder vLLM may still load (no safetensors: .bin weights, or none for a test)."""
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text('{"model_type": "llama"}')
+    choice = resolve_model(_profile_with(str(_adapter(tmp_path / "edge")), base))
+    assert choice.path == base and choice.weights_sha256 is None
+    assert choice.adapter_error is not None and "cannot merge into" in choice.adapter_error
