@@ -6,7 +6,8 @@ hangs up), `{"cmd": "engine.restart"}`, `{"cmd": "config"}` (the effective confi
 secrets never included); with `control.fault_injection` (tests only),
 `{"cmd": "fault.block_loop", "seconds": N}` hangs the event loop for N seconds and
 `{"cmd": "fault.pause_fleet_apply", "seconds": N}` holds the next fleet apply after it is
-staged; `{"cmd": "fleet"}` is the fleet's state (agentctl fleet status). Every
+staged, `{"cmd": "fault.pause_detect", "seconds": N}` holds queued input unprocessed (and
+unacknowledged); `{"cmd": "fleet"}` is the fleet's state (agentctl fleet status). Every
 response has `"ok"`; errors carry `"error"`.
 
 Access is checked twice. The socket file is mode 0660 with the service's group, so the

@@ -19,7 +19,8 @@ import json
 import re
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiomqtt
@@ -39,7 +40,7 @@ from pipelines.compat import TaskGroup
 
 if TYPE_CHECKING:
     from agent.analysis_link import EngineCodec
-from agent.mqtt import MqttLink, NotConnectedError, Topics
+from agent.mqtt import Ack, MqttLink, NotConnectedError, Topics
 from agent.notify import SystemdNotifier
 from agent.outbox import Outbox, PendingEvent
 from agent.stats import Stats
@@ -76,6 +77,19 @@ _READY_POLL_S = 0.1
 _ACK_WAIT_S = 60.0  # an acknowledgement waits this long for the broker, then stays in status
 
 
+@dataclass(frozen=True)
+class _Queued:
+    """A segment on its way to the detector, and what settles its input once its effect
+    is durable (the MQTT acknowledgement of the transcript, or of the clip it came from)."""
+
+    segment: Segment
+    settle: Callable[[], None] | None = None
+
+    def done(self) -> None:
+        if self.settle is not None:
+            self.settle()
+
+
 class Daemon:
     def __init__(self, loaded: LoadedConfig, *, probe: MemoryProbe | None = None) -> None:
         """`probe` replaces the real memory probe (tests feed measured sequences)."""
@@ -97,7 +111,7 @@ class Daemon:
             else None,
             max_future_skew_s=cfg.ingest.max_future_skew_s,
         )
-        self.queue: SheddingQueue[Segment] = SheddingQueue(cfg.ingest.queue_size)
+        self.queue: SheddingQueue[_Queued] = SheddingQueue(cfg.ingest.queue_size)
         self._max_streams = cfg.ingest.max_streams
         self.detector = KeywordDetector(cfg.faults, cfg.keywords)
         self.tracker = AlertTracker(lambda sid: self.cfg.streams.for_stream(sid).alerts)
@@ -112,6 +126,7 @@ class Daemon:
             audio=cfg.asr.enabled,
             extra_filters=fleet_filters(cfg.fleet, cfg.device_id) if store is not None else (),
             on_error=self._on_message_error,
+            receive_maximum=cfg.ingest.queue_size,  # the broker never overfills the queue
         )
         self.errors = ErrorReporter(
             self.link, self.topics.errors, cfg.mqtt.errors_per_minute, self.stats
@@ -150,29 +165,38 @@ class Daemon:
         self._new_alerts: deque[float] = deque()  # times of `new` events in the last hour
         self._alerts_today: tuple[str, int] = (time.strftime("%Y-%m-%d"), 0)
         self.notifier = SystemdNotifier()
-        self._processed = 0  # segments through the detector: the watchdog's progress mark
-        self._taken = 0  # segments the detector took off the queue
+        # Segments through the detector (the watchdog's progress mark), and taken off the
+        # queue by it.
+        self._processed = self._taken = 0
         self._tg: TaskGroup | None = None
         self._sup_task: asyncio.Task[None] | None = None
         self._analysis_task: asyncio.Task[None] | None = None
         self._processing = asyncio.Lock()  # one segment at a time through merge and tracker
         self._busy = 0
+        self._detect_paused_until = 0.0  # fault.pause_detect
 
     # -- input --------------------------------------------------------------------------
 
-    def _on_message(self, message: aiomqtt.Message) -> None:
+    def _on_message(self, message: aiomqtt.Message, ack: Ack) -> None:
+        """One message from the broker. `ack` is settled once its effect is durable or it
+        is refused: a transcript after the detector took it and its events are in the
+        outbox, a clip after its segments went the same way (docs/mqtt.md)."""
         topic = message.topic.value
         payload = message.payload
         raw = payload if isinstance(payload, bytes | bytearray) else str(payload).encode()
         if self.fleet is not None and self.fleet.target_of(topic) is not None:
+            # Retained, and sent again at every subscription: a document a crash interrupted
+            # comes back at the next start (the manager also persists its progress).
             self.fleet.submit(topic, bytes(raw))
+            ack()
             return
         if self.asr is not None and (audio_stream := self.topics.audio_stream(topic)):
-            self._on_audio(audio_stream, topic, bytes(raw), message.properties)
+            self._on_audio(audio_stream, topic, bytes(raw), message.properties, ack)
             return
         stream_id = self.topics.transcript_stream(topic)
         self.stats.received += 1
         if stream_id is None:
+            ack()
             self._reject(
                 topic, len(raw), InputRejected(RejectReason.invalid_schema, "unknown topic")
             )
@@ -181,9 +205,10 @@ class Daemon:
             segment = parse_transcript(stream_id, bytes(raw), self.limits, time.time())
             self._check_new_stream(stream_id)
         except InputRejected as exc:
+            ack()
             self._reject(topic, len(raw), exc)
             return
-        self._accept(segment, topic, len(raw))
+        self._accept(segment, topic, len(raw), settle=ack)
 
     def _on_message_error(self, message: aiomqtt.Message, exc: Exception) -> None:
         """A bug while handling one message (the link counted and logged it with the
@@ -202,26 +227,37 @@ class Daemon:
             )
 
     def _accept(
-        self, segment: Segment, topic: str, size: int, arrived_mono: float | None = None
+        self,
+        segment: Segment,
+        topic: str,
+        size: int,
+        arrived_mono: float | None = None,
+        settle: Callable[[], None] | None = None,
     ) -> None:
         """Into the detector's queue: published transcripts and our own alike."""
         stream_id = segment.stream_id
         self.stats.stream(stream_id)  # counted from acceptance on, so the bound holds
         self.stats.accepted += 1
         self.stats.arrived(stream_id, segment.seq, at=arrived_mono)
-        shed = self.queue.put(segment)
+        shed = self.queue.put(_Queued(segment, settle))
         if shed is not None:
+            shed.done()  # dropped on purpose (counted, reported): not to be sent again
             self.stats.ingest_shed += 1
+            gone = shed.segment
             self.errors.report(
                 topic,
                 "queue_full",
                 size,
-                f"ingest queue full ({self.queue.maxsize}); shed {shed.stream_id} seq {shed.seq}",
+                f"ingest queue full ({self.queue.maxsize}); shed {gone.stream_id} seq {gone.seq}",
             )
 
-    def _on_audio(self, stream_id: str, topic: str, payload: bytes, properties: Any) -> None:
+    def _on_audio(
+        self, stream_id: str, topic: str, payload: bytes, properties: Any, ack: Ack
+    ) -> None:
         """An audio clip: checked like a transcript's stream, then handed to the ASR stage,
-        which decodes and transcribes it off the event loop."""
+        which decodes and transcribes it off the event loop. Its `ack` goes with it: the
+        stage settles it when it refuses or sheds the clip or hears nothing in it, else
+        the last of its segments does, once processed."""
         assert self.asr is not None
         try:
             if not re.match(STREAM_ID_PATTERN, stream_id):
@@ -230,12 +266,15 @@ class Daemon:
             self._check_new_stream(stream_id)
             seq, start = audio_properties(properties)
         except InputRejected as exc:
+            ack()
             self.asr.rejected[exc.reason.value] += 1
             self.errors.report(topic, exc.reason.value, len(payload), exc.detail)
             return
         self.stats.stream(stream_id)  # its slot counts against ingest.max_streams from now
         language = self.cfg.streams.for_stream(stream_id).language
-        self.asr.submit(AudioIn(stream_id, payload, topic, seq=seq, start=start, language=language))
+        self.asr.submit(
+            AudioIn(stream_id, payload, topic, seq=seq, start=start, language=language, done=ack)
+        )
 
     def _on_heard(self, heard: list[Heard]) -> None:
         """The ASR stage's segments take the transcript path; optionally published too."""
@@ -243,7 +282,7 @@ class Daemon:
             segment = heard_segment(h, self.limits.max_text_chars)
             topic = self.topics.asr_transcript(h.stream_id)
             body = segment.model_dump_json().encode()
-            self._accept(segment, topic, len(body), arrived_mono=h.arrived_mono)
+            self._accept(segment, topic, len(body), arrived_mono=h.arrived_mono, settle=h.done)
             if self.cfg.asr.publish_transcript and self._asr_out.put((topic, body)) is not None:
                 self.asr_publish_dropped += 1
 
@@ -264,9 +303,12 @@ class Daemon:
 
     async def _detect_loop(self) -> None:
         while True:
-            segment = await self.queue.get()
+            item = await self.queue.get()
+            while (left := self._detect_paused_until - time.monotonic()) > 0:
+                await asyncio.sleep(min(left, 0.1))  # fault.pause_detect (tests only)
             self._taken += 1
-            await self.process(segment)
+            await self.process(item.segment)
+            item.done()  # its alert events are committed (or it raised none)
 
     async def process(self, seg: Segment) -> None:
         async with self._processing:
@@ -326,7 +368,9 @@ class Daemon:
                     ),
                 )
             )
-        await self._persist(events)
+        # A match that was only counted (its update debounced) is written too: a crash
+        # before the update goes out must not lose it (the alert is stored as pending).
+        await self._persist(events, touched={(seg.stream_id, m.code) for m in matches})
         if self.analysis is not None:
             self.analysis.add(
                 seg.stream_id,
@@ -362,14 +406,21 @@ class Daemon:
                 events += self.tracker.observe(
                     fault.observation(stream_id, max_text=_EVIDENCE_CHARS)
                 )
-            await self._persist(events)
+            await self._persist(events, touched={(stream_id, f.code) for f in faults})
 
-    async def _persist(self, events: list[AlertEvent]) -> None:
-        if not events:
-            return
+    async def _persist(
+        self, events: list[AlertEvent], touched: Collection[tuple[str, str]] = ()
+    ) -> None:
+        """Events into the outbox, with the active alerts they (or `touched`, the
+        (stream, fault) pairs just observed) changed, in one transaction."""
         active = {a.id: a for a in self.tracker.active()}
+        changed = {
+            a.id: a for a in active.values() if (a.stream_id, a.fault) in touched and a.dirty
+        }
+        if not events and not changed:
+            return
         pending = []
-        upserts = []
+        upserts = list(changed.values())
         deletes = []
         for event in events:
             body = {**event.payload(), "device_id": self.cfg.device_id}
@@ -390,7 +441,7 @@ class Daemon:
                 self.control.publish(body)
             if event.type is EventType.end:
                 deletes.append((event.alert["stream_id"], event.alert["fault"]))
-            elif event.alert_id in active:
+            elif event.alert_id in active and event.alert_id not in changed:
                 upserts.append(active[event.alert_id])
             log.info(
                 "alert.event",
@@ -480,6 +531,8 @@ class Daemon:
                 "events": self.events.recent(),
             },
         )
+        snap["mqtt"]["acked"] = self.link.acked
+        snap["mqtt"]["stale_acks"] = self.link.stale_acks
         for sid, n in Counter(a.stream_id for a in active).items():
             snap["streams"].setdefault(sid, {})["active_alerts"] = n
         if self.control is not None:
@@ -574,6 +627,12 @@ class Daemon:
             if self.fleet is None:
                 return {"ok": False, "error": "fleet.enabled is false"}
             self.fleet.pause_before_apply_s = float(req.get("seconds", 0))
+            return {"ok": True}
+        if cmd == "fault.pause_detect" and self.cfg.control.fault_injection:
+            # Segments are taken in and queued, but not detected (nor acknowledged) for the
+            # given seconds: the window a SIGKILL must not lose anything in.
+            self._detect_paused_until = time.monotonic() + float(req.get("seconds", 0))
+            log.warning("control.fault_injection", detect_paused_s=req.get("seconds"))
             return {"ok": True}
         if cmd == "fault.block_loop" and self.cfg.control.fault_injection:
             seconds = float(req.get("seconds", 0))
@@ -712,8 +771,11 @@ class Daemon:
                 link_task.cancel()
             # Segments that arrived while we were disconnecting: process them, so their
             # alerts wait in the outbox for the next start.
-            while (segment := self.queue.get_nowait()) is not None:
-                await self.process(segment)
+            # (Their acknowledgements no longer reach the broker, which sends them again at
+            # the next start: processed twice, alerted once.)
+            while (item := self.queue.get_nowait()) is not None:
+                await self.process(item.segment)
+                item.done()
             async with self._processing:
                 await self._persist(self.tracker.flush())
         finally:

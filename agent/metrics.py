@@ -78,6 +78,16 @@ def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[M
     )
     out.counter("mqtt_connects", "Successful broker connections.", mqtt.get("connects"))
     out.counter("mqtt_disconnects", "Broker connections lost.", mqtt.get("disconnects"))
+    out.counter(
+        "mqtt_acked",
+        "Input acknowledged to the broker once its effect was durable.",
+        mqtt.get("acked"),
+    )
+    out.counter(
+        "mqtt_stale_acks",
+        "Acknowledgements not sent: their session had ended (the broker redelivers those).",
+        mqtt.get("stale_acks"),
+    )
 
     ingest = snap.get("ingest", {})
     out.counter("segments_received", "Transcript payloads received.", ingest.get("received"))

@@ -9,6 +9,14 @@ a QoS 1 publish on it), which is what lets the outbox delete a row.
 
 Reconnects use tenacity's full-jitter exponential backoff: after a broker restart a fleet
 of devices spreads its reconnects instead of arriving at once.
+
+Input is acknowledged by us, not by paho: paho's manual acknowledgement is on, and every
+message reaches `on_message` with an `Ack` that the daemon settles once the message's
+effect is durable (its alert events committed to the outbox, a clip transcribed and its
+segments processed) or the message is refused. Until then the broker keeps it and
+redelivers it to the next session: a SIGKILL loses nothing the broker was told we received.
+An `Ack` of a session that has ended does nothing (the broker redelivers that message).
+MQTT 5's Receive Maximum (the ingest queue's size) bounds how many the broker sends unacked.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from agent.config.models import MqttSettings
 from agent.stats import Stats
 from pipelines.compat import timeout
 
-__all__ = ["MqttLink", "NotConnectedError", "Topics"]
+__all__ = ["Ack", "MqttLink", "NotConnectedError", "Topics"]
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +81,29 @@ class Topics:
         return stream if stream and "/" not in stream else None
 
 
+class Ack:
+    """Acknowledges one received message to the broker, once, on the session it came on."""
+
+    __slots__ = ("_client", "_link", "_mid", "_qos", "_session", "settled")
+
+    def __init__(self, link: MqttLink, client: Any, mid: int, qos: int, session: int) -> None:
+        self._link, self._client = link, client
+        self._mid, self._qos, self._session = mid, qos, session
+        self.settled = False
+
+    def __call__(self) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        if self._qos == 0:
+            return
+        if self._session != self._link.session or not self._link.connected.is_set():
+            self._link.stale_acks += 1  # the broker redelivers it to the session we have now
+            return
+        self._client.ack(self._mid, self._qos)
+        self._link.acked += 1
+
+
 class _SessionLost(Exception):
     """A connection that had been up for a while dropped: start the backoff afresh."""
 
@@ -86,18 +117,21 @@ class MqttLink:
         settings: MqttSettings,
         password: str | None,
         topics: Topics,
-        on_message: Callable[[aiomqtt.Message], None],
+        on_message: Callable[[aiomqtt.Message, Ack], None],
         stats: Stats,
         *,
         audio: bool = False,
         extra_filters: Sequence[str] = (),
         on_error: Callable[[aiomqtt.Message, Exception], None] | None = None,
+        receive_maximum: int = 1024,
     ) -> None:
         """`audio`: subscribe to the streams' audio topics too (asr.enabled);
         `extra_filters`: more subscriptions (the fleet's document topics);
         `on_error`: told of an exception `on_message` raised (a bug: a payload we refuse
-        is the callback's business). The link logs and counts it either way and serves
-        the next message: one message must never end the connection or the service."""
+        is the callback's business). The link logs and counts it either way, settles the
+        message's `Ack` and serves the next message: one message must never end the
+        connection or the service. `on_message` must settle every `Ack` it is given,
+        now or later. `receive_maximum`: MQTT 5's bound on unacknowledged input."""
         self._settings = settings
         self._password = password
         self._topics = topics
@@ -110,6 +144,10 @@ class MqttLink:
             *extra_filters,
         ]
         self._client: aiomqtt.Client | None = None
+        self._receive_maximum = max(1, min(receive_maximum, 65535))
+        self.session = 0  # numbers the connections; an Ack belongs to one
+        self.acked = 0
+        self.stale_acks = 0
         self.connected = asyncio.Event()
         self._disconnected = asyncio.Event()
         self._disconnected.set()
@@ -130,6 +168,7 @@ class MqttLink:
         if s.protocol == "5":
             props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             props.SessionExpiryInterval = s.session_expiry_s
+            props.ReceiveMaximum = self._receive_maximum
             session = {
                 "protocol": aiomqtt.ProtocolVersion.V5,
                 "clean_start": False,
@@ -137,7 +176,7 @@ class MqttLink:
             }
         else:
             session = {"protocol": aiomqtt.ProtocolVersion.V311, "clean_session": False}
-        return aiomqtt.Client(
+        client = aiomqtt.Client(
             s.host,
             s.port,
             identifier=s.client_id,
@@ -153,6 +192,10 @@ class MqttLink:
             # waits for the ACK of the PUBACK, which delayed ACK holds for 40 ms.
             socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),),
         )
+        # We acknowledge input ourselves, once it is durable (the module docstring). aiomqtt
+        # 2.x does not expose paho's option; its paho client is `_client`.
+        client._client.manual_ack_set(True)
+        return client
 
     async def run(self) -> None:
         """Stay connected until cancelled; never returns otherwise."""
@@ -182,6 +225,7 @@ class MqttLink:
             async with client:
                 began = time.monotonic()
                 self._client = client
+                self.session += 1
                 for topic_filter in self._filters:
                     await client.subscribe(topic_filter, qos=1)
                 # `online` only once subscribed: a publisher that waits for it cannot send
@@ -199,7 +243,7 @@ class MqttLink:
                 )
                 try:
                     async for message in client.messages:
-                        self._deliver(message)
+                        self._deliver(client, message)
                 except aiomqtt.MqttError as exc:
                     log.warning("mqtt.connection_lost", error=str(exc))
                     if time.monotonic() - began >= _HEALTHY_SESSION_S:
@@ -214,11 +258,13 @@ class MqttLink:
             self.connected.clear()
             self._disconnected.set()
 
-    def _deliver(self, message: aiomqtt.Message) -> None:
+    def _deliver(self, client: aiomqtt.Client, message: aiomqtt.Message) -> None:
         """One message to the callback, inside its own guard."""
+        ack = Ack(self, client._client, message.mid, message.qos, self.session)
         try:
-            self._on_message(message)
+            self._on_message(message, ack)
         except Exception as exc:  # contained here, reported below
+            ack()  # refused by a bug of ours: redelivering it would only repeat the bug
             self._stats.rejected["internal_error"] += 1
             log.exception("mqtt.message_failed", topic=message.topic.value)
             if self._on_error is not None:

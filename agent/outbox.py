@@ -2,10 +2,12 @@
 
 One database (WAL) holds two tables written in the same transaction: the events still to
 publish, in order, and the alerts still active (so ids and sequence numbers survive a
-restart). A row leaves `outbox` only after PUBACK; a SIGKILL between publish and delete
-means the event goes out again after restart, which is why consumers dedupe by
-(alert id, seq). `synchronous=FULL`: an alert that was accepted survives a power cut too,
-at one fsync per event, which alert rates afford.
+restart), each with whether it has a debounced update not yet emitted (so a match that was
+only counted is not lost by a crash: it is emitted after the restart). A row leaves
+`outbox` only after PUBACK; a SIGKILL between publish and delete means the event goes out
+again after restart, which is why consumers dedupe by (alert id, seq). `synchronous=FULL`:
+an alert that was accepted survives a power cut too, at one fsync per event, which alert
+rates afford.
 
 All SQLite work runs on one dedicated thread: the event loop never waits on the disk.
 """
@@ -50,6 +52,13 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 """
 
 
+_PENDING = "pending_update"  # stored beside the public alert, never published
+
+
+def _stored(alert: Alert) -> str:
+    return json.dumps({**alert.public(), _PENDING: alert.dirty})
+
+
 @dataclass(frozen=True)
 class PendingEvent:
     topic: str
@@ -91,7 +100,7 @@ class _Store:
             self.db.executemany(
                 "INSERT OR REPLACE INTO active_alerts (stream_id, fault, event_seq, alert) "
                 "VALUES (?, ?, ?, ?)",
-                [(a.stream_id, a.fault, a.event_seq, json.dumps(a.public())) for a in upserts],
+                [(a.stream_id, a.fault, a.event_seq, _stored(a)) for a in upserts],
             )
             self.db.executemany(
                 "DELETE FROM active_alerts WHERE stream_id = ? AND fault = ?", deletes
@@ -139,7 +148,13 @@ class _Store:
 
     def active(self) -> list[Alert]:
         rows = self.db.execute("SELECT event_seq, alert FROM active_alerts").fetchall()
-        return [Alert.from_public(json.loads(r[1]), int(r[0])) for r in rows]
+        out = []
+        for event_seq, text in rows:
+            data = json.loads(text)
+            alert = Alert.from_public(data, int(event_seq))
+            alert.dirty = bool(data.get(_PENDING))
+            out.append(alert)
+        return out
 
     def close(self) -> None:
         self.db.close()

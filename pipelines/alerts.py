@@ -161,7 +161,8 @@ class AlertTracker:
 
     def restore(self, alerts: Iterable[Alert]) -> None:
         """Take back alerts that were active before a restart: their ids stay stable and
-        their quiet timers start again now."""
+        their quiet timers start again now; one with a debounced update that had not been
+        emitted (`dirty`) emits it at the next tick past its debounce."""
         now = self._mono()
         for alert in alerts:
             tail = alert.id.rsplit(":", 1)[-1]

@@ -320,9 +320,11 @@ class ControlSettings(_Model):
     fault_injection: bool = Field(
         False,
         title="Fault injection",
-        description="Accept `fault.block_loop` on the control socket: blocks the event loop "
-        "for the given seconds, so a test can prove systemd's watchdog restarts a hung "
-        "service. Off in production. Not remotely settable.",
+        description="Accept the fault-injection commands on the control socket "
+        "(`fault.block_loop`: blocks the event loop for the given seconds, so a test can "
+        "prove systemd's watchdog restarts a hung service; `fault.pause_detect`: input is "
+        "queued but not processed or acknowledged for the given seconds;"
+        " `fault.pause_fleet_apply`). Off in production. Not remotely settable.",
     )
 
 

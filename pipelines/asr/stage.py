@@ -9,6 +9,10 @@
 - Both queues are bounded and shed their oldest: an undecoded payload by count (its length
   is not known yet), a decoded clip by seconds of audio. Every shed and every refused payload
   goes to `on_error` (the daemon reports it on `<prefix>/errors`) and into the snapshot.
+- Settling: a clip's `done` (the daemon's MQTT acknowledgement) is called exactly once:
+  when the clip is refused, shed, or heard to hold no speech, here; else it travels with the
+  clip's last segment, which the daemon settles once processed. A clip still queued when
+  the service stops is not settled, so the broker sends it again.
 - Timing: a clip's `start` is its MQTT v5 user property `start` (epoch seconds), else its
   arrival time minus its length (the microphone publishes a clip when it ends). Its `seq`
   is the user property `seq`, else the next number in arrival order for that stream. Each
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import re
 import time
@@ -74,6 +79,11 @@ class AudioIn:
     language: str | None = None  # the stream's configured language; None: detect it
     arrived: float = field(default_factory=time.time)
     arrived_mono: float = field(default_factory=time.monotonic)
+    done: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+
+    def settle(self) -> None:
+        if self.done is not None:
+            self.done()
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,8 @@ class Heard:
     text: str
     lang: str | None
     arrived_mono: float  # of the audio it came from: the alert latency starts there
+    # The clip's settling, carried by its last segment only (see the module docstring).
+    done: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -293,6 +305,7 @@ class AsrStage:
             return
         shed = self._inbox.put(audio)
         if shed is not None:
+            shed.settle()  # dropped on purpose (counted, reported)
             self.inbox_shed += 1
             self._on_error(
                 shed.topic,
@@ -361,6 +374,7 @@ class AsrStage:
             for shed in self.buffer.put(
                 audio.stream_id, _Decoded(audio, clip, seq, start), clip.seconds
             ):
+                shed.item.audio.settle()
                 self._on_error(
                     shed.item.audio.topic,
                     "asr_queue_full",
@@ -402,11 +416,15 @@ class AsrStage:
                 )
                 for i, (a, b, text) in enumerate(result.segments[:SEGMENTS_PER_CLIP])
             ]
-            if heard:
-                try:
-                    self._on_segments(heard)
-                except Exception:  # the sink's bug must not stop the stage
-                    log.exception("asr.sink_failed", stream_id=stream_id, seq=item.seq)
+            if not heard:
+                item.audio.settle()  # nothing in it to process
+                continue
+            heard[-1] = dataclasses.replace(heard[-1], done=item.audio.done)
+            try:
+                self._on_segments(heard)
+            except Exception:  # the sink's bug must not stop the stage
+                item.audio.settle()
+                log.exception("asr.sink_failed", stream_id=stream_id, seq=item.seq)
 
     def _account(self, item: _Decoded, seconds: float, took: float, result: Transcript) -> None:
         self.clips += 1
@@ -454,6 +472,7 @@ class AsrStage:
         return seq
 
     def _reject(self, audio: AudioIn, reason: AudioReason, detail: str) -> None:
+        audio.settle()
         self.rejected[reason.value] += 1
         self._on_error(audio.topic, reason.value, len(audio.payload), detail)
 

@@ -1,0 +1,151 @@
+"""The accelerated soak of bench/chaos: hours of a line's traffic compressed into minutes,
+with faults mixed in, and the service's resources sampled to see whether anything grows.
+
+Traffic: 20 streams, a segment every 0.1 s in turn (chatter, with a fault phrase every
+tenth), the LLM tier on; every five minutes a fault: the broker restarted, or the service
+SIGKILLed and started again. Every 10 s: the service's RSS (its process and the engine
+core), its open files, the outbox depth. At the end, each series' least-squares slope per
+hour (after the first five minutes of warm-up) and a chart, soak-<date>.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from agent.devbroker import DevBroker
+from bench._common import md_table
+from bench.chaos.bench_chaos import Publisher, Service, Subscriber, _segment, _until
+
+_SAMPLE_S = 10.0
+_FAULT_EVERY_S = 300.0
+_WARMUP_S = 300.0
+_CHATTER = [
+    "conveyor running at normal speed",
+    "count is four hundred so far",
+    "forklift coming through aisle four",
+    "quality check on batch twelve passed",
+]
+
+
+def _slope_per_hour(points: list[tuple[float, float]]) -> float | None:
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(t for t, _ in points) / n
+    my = sum(v for _, v in points) / n
+    den = sum((t - mx) ** 2 for t, _ in points)
+    return None if den == 0 else sum((t - mx) * (v - my) for t, v in points) / den * 3600
+
+
+def _resources(service: Service) -> tuple[float, int] | None:
+    if service.proc is None or service.proc.poll() is not None:
+        return None
+    try:
+        proc = psutil.Process(service.proc.pid)
+        procs = [proc, *proc.children(recursive=True)]
+        rss = sum(p.memory_info().rss for p in procs)
+        files = proc.num_fds()
+    except psutil.Error:
+        return None
+    return rss / 2**20, files
+
+
+async def soak(minutes: float, work: Path, results: Path) -> str:
+    prefix = f"soak/{uuid.uuid4().hex[:8]}"
+    work.mkdir(parents=True, exist_ok=True)
+    samples: list[dict[str, float]] = []
+    faults: list[tuple[float, str]] = []
+    published = 0
+    (work / "broker").mkdir(exist_ok=True)
+    with DevBroker(workdir=work / "broker") as broker:
+        sub = Subscriber(broker.port, prefix)
+        await sub.start()
+        service = Service(broker.port, prefix, work, ["asr.enabled=false"])
+        service.start()
+        pub = Publisher(broker.port)
+        await _until(lambda: (sub.seen.status.get("llm") or {}).get("state") == "running", 300)
+        t0 = time.monotonic()
+        next_sample, next_fault, i = t0, t0 + _FAULT_EVERY_S, 0
+        while (now := time.monotonic()) - t0 < minutes * 60:
+            stream = f"soak-{i % 20}"
+            text = "bearing abnormal noise on roller four" if i % 10 == 0 else _CHATTER[i % 4]
+            topic, body = _segment(prefix, stream, 1_000_000 + i, text)
+            await pub.publish(topic, body)
+            published += 1
+            i += 1
+            if now >= next_sample:
+                found = _resources(service)
+                outbox = (sub.seen.status.get("outbox") or {}).get("depth")
+                if found is not None:
+                    samples.append({"t": now - t0, "rss_mib": found[0], "files": found[1],
+                                    "outbox": float(outbox or 0)})  # fmt: skip
+                next_sample = now + _SAMPLE_S
+            if now >= next_fault:
+                kind = "broker" if len(faults) % 2 == 0 else "agent"
+                faults.append((now - t0, kind))
+                if kind == "broker":
+                    await asyncio.to_thread(broker.stop)
+                    await asyncio.sleep(1)
+                    await asyncio.to_thread(broker.start)
+                else:
+                    await asyncio.to_thread(service.kill)
+                    service.start()
+                next_fault = now + _FAULT_EVERY_S
+            await asyncio.sleep(0.1)
+        await pub.close()
+        service.stop()
+        await sub.stop()
+    late = [s for s in samples if s["t"] >= min(_WARMUP_S, minutes * 30)]
+    slopes = {
+        key: _slope_per_hour([(s["t"], s[key]) for s in late])
+        for key in ("rss_mib", "files", "outbox")
+    }
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
+    results.mkdir(parents=True, exist_ok=True)
+    (results / f"soak-{stamp}.json").write_text(
+        json.dumps({"minutes": minutes, "published": published, "faults": faults,
+                    "samples": samples, "slopes_per_hour": slopes}, indent=1) + "\n"
+    )  # fmt: skip
+    _chart(samples, faults, results / f"soak-{stamp}.png")
+    first, last = (samples[0], samples[-1]) if samples else ({}, {})
+    rows = [
+        [key, first.get(key), last.get(key), slopes[key]] for key in ("rss_mib", "files", "outbox")
+    ]
+    return (
+        f"# soak: {minutes:g} min, {published} segments, faults {faults}\n\n"
+        + md_table(["series", "first", "last", "slope per hour (after warm-up)"], rows)
+        + f"\n\nchart: {results / f'soak-{stamp}.png'}\n"
+    )
+
+
+def _chart(samples: list[dict[str, float]], faults: list[tuple[float, str]], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e .[bench]): no chart")
+        return
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    for ax, key, label in zip(
+        axes,
+        ("rss_mib", "files", "outbox"),
+        ("RSS, MiB (service + engine)", "open files", "outbox depth"),
+        strict=True,
+    ):
+        ax.plot([s["t"] / 60 for s in samples], [s[key] for s in samples], lw=1)
+        for t, kind in faults:
+            ax.axvline(t / 60, color="red" if kind == "agent" else "grey", lw=0.6, ls="--")
+        ax.set_ylabel(label)
+    axes[-1].set_xlabel("minutes (dashed: broker restart grey, service SIGKILL red)")
+    fig.suptitle("edge-agent soak")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
