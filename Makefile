@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup demo test test-py310 lint bench clean deb deb-lint deb-lock
+.PHONY: setup demo test test-py310 lint bench chaos clean deb deb-lint deb-lock
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +27,14 @@ lint: setup
 
 bench: setup
 	$(PY) bench/alert_latency.py
+
+# bench/chaos: nothing accepted is lost. CI's short round (one broker restart, one SIGKILL of
+# the service during a burst of transcripts and clips); ROUNDS=10 KINDS=broker,agent,engine,memory
+# for the full table (bench/chaos/README.md).
+ROUNDS ?= 1
+KINDS ?= broker,agent
+chaos: setup
+	$(PY) -m bench.chaos.bench_chaos --rounds $(ROUNDS) --kinds $(KINDS) --no-write
 
 # The Debian package (docs/install.md): dist/edge-agent_<version>_<arch>.deb, built with
 # /usr/bin/python3 from packaging/requirements.lock. `make deb VERSION=0.1.1` bumps it.

@@ -59,16 +59,26 @@ class EngineLlm:
 class EngineCodec:
     """TokenCodec with the model's own tokenizer, loaded when the engine first served."""
 
-    def __init__(self, host: EngineSupervisor) -> None:
+    def __init__(self, host: EngineSupervisor, ready_timeout_s: float = 30.0) -> None:
         self.host = host
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-tokenize")
         self._tokenizer: Any | None = None
         self._loading = asyncio.Lock()
+        self._ready_timeout_s = ready_timeout_s
 
     async def _get(self) -> Any:
+        if self._tokenizer is not None:
+            return self._tokenizer
+        # Wait for the engine outside the lock and within a bound: a caller must not hang
+        # on an engine that is restarting or degraded, nor hold up the others while it waits.
+        try:
+            await asyncio.wait_for(self.host.ready.wait(), self._ready_timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise LlmUnavailable(
+                f"engine not serving within {self._ready_timeout_s:.0f} s"
+            ) from exc
         async with self._loading:
             if self._tokenizer is None:
-                await self.host.ready.wait()
                 info = self.host.engine.info
                 if info is None:
                     raise LlmUnavailable("engine is not running")

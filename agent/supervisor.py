@@ -144,7 +144,9 @@ class EngineSupervisor:
         self._last_good = 0  # the last rung the engine started on
         self._last_pressure = float("-inf")  # monotonic time memory was last tight
         self._quiet_saved = 0.0  # monotonic time the quiet clock was last persisted
+        self._retry_at: float | None = None  # degraded: when supervision tries again
         self._saving: set[asyncio.Task[None]] = set()
+        self._save_lock = asyncio.Lock()
         self._ids = itertools.count()
 
     # -- what the rest of the service sees ---------------------------------------------------
@@ -248,8 +250,10 @@ class EngineSupervisor:
                 return
             except Exception as exc:
                 log.exception("supervisor.failed")
-                with contextlib.suppress(Exception):
+                try:
                     await self.engine.shutdown()
+                except Exception:  # the engine may be half gone: say so, degrade anyway
+                    log.exception("supervisor.shutdown_after_error_failed")
                 self._clear_troubles()
                 await self._degrade(f"supervisor error: {type(exc).__name__}: {exc}")
 
@@ -278,6 +282,8 @@ class EngineSupervisor:
         self.admit.clear()
         if self.engine.state != "stopped":
             await self.engine.shutdown()
+        if self._saving:  # a quiet-clock save still writing: let it finish
+            await asyncio.gather(*self._saving, return_exceptions=True)
         self.state = "stopped"
 
     async def _prepare(self) -> None:
@@ -344,7 +350,13 @@ class EngineSupervisor:
             return True
         try:
             return plan_memory(self._model_dir, rung.profile).fits
-        except Exception:  # planning problems surface at the start itself
+        except Exception as exc:  # planning problems surface at the start itself
+            log.warning(
+                "watchdog.rung_unplanned",
+                rung=rung.index,
+                name=rung.name,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             return True
 
     async def _fitting_below(self, index: int) -> int | None:
@@ -361,10 +373,14 @@ class EngineSupervisor:
             self._troubles.get_nowait()
 
     async def _save(self) -> None:
+        """Persist the record. Saves run one at a time (they share the temporary file), each
+        writing a snapshot taken on the loop when its turn comes, so the newest state wins."""
         if self.store is None:
             return
+        store = self.store
         try:
-            await asyncio.to_thread(self.store.save, self.record)
+            async with self._save_lock:
+                await asyncio.to_thread(store.save, store.encode(self.record))
         except OSError as exc:  # a full or read-only state directory: keep going
             self.events.record(
                 "watchdog.state_unwritable", "error", path=str(self.store.path), error=str(exc)
@@ -583,12 +599,16 @@ class EngineSupervisor:
         self.ready.clear()
         self.admit.clear()
         retry = self.settings.degraded_retry_s
+        self._retry_at = self._clock() + retry
         self.events.record("engine.degraded", "error", detail=why, retry_in_s=retry)
         if self.engine.state != "stopped":
             await self.engine.shutdown()
         self._retry_now.clear()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._retry_now.wait(), retry)
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._retry_now.wait(), retry)
+        finally:
+            self._retry_at = None
         self.events.record("engine.degraded_retry", "warning", rung=self.rung.index)
 
     async def _monitor(self) -> None:
@@ -612,6 +632,8 @@ class EngineSupervisor:
     def snapshot(self) -> dict[str, Any]:
         info = self.engine.info
         rung = self.rung
+        now = self._clock()
+        climb_at = self._stable_since + self.settings.stable_s if rung.index else None
         return {
             "state": self.state,
             "detail": self.detail,
@@ -620,12 +642,14 @@ class EngineSupervisor:
             "model": self.engine.model.as_dict() if self.engine.model else None,
             "spec": f"{info.spec_method} k={info.spec_k}" if info else None,
             "degraded": self.degraded,
+            "retry_in_s": _until(self._retry_at, now),
             "shedding": self.shedding,
             "rung": {
                 **rung.as_dict(),
                 "of": len(self.ladder) - 1,
                 "reason": self.record.reason,
                 "since": self.record.at,
+                "climb_in_s": _until(climb_at, now),
             },
             "restarts": self.restarts,
             "restarts_by_reason": dict(self.restarts_by_reason),
@@ -656,6 +680,11 @@ def _engine_figures(stats: EngineStats) -> dict[str, Any]:
 
 def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def _until(at: float | None, now: float) -> float | None:
+    """Seconds from `now` until `at` (0 when past), rounded; None when nothing is due."""
+    return None if at is None else round(max(0.0, at - now), 1)
 
 
 @contextlib.asynccontextmanager

@@ -276,6 +276,7 @@ class _Stream:
             "invalid_answers": self.invalid_answers,
             "timeouts": self.timeouts,
             "failures": self.failures,
+            "retry_in_s": round(max(0.0, self.retry_at - now), 1) if self.retry_delay else None,
         }
 
 

@@ -54,9 +54,16 @@ class StandInLlm:
         self.prompts: list[list[int]] = []
         self.fail = 0
         self.started = asyncio.Event()
+        self.parked = 0  # workers waiting for the engine right now
 
     async def wait_ready(self) -> None:
-        await self.ready.wait()
+        if self.ready.is_set():
+            return
+        self.parked += 1
+        try:
+            await self.ready.wait()
+        finally:
+            self.parked -= 1
 
     async def complete(
         self,
@@ -152,7 +159,8 @@ async def test_engine_outage_loses_no_transcript() -> None:
     await until(lambda: not llm.ready.is_set())
     for seq in range(1, 4):
         say(a, "mic1", seq)
-    await asyncio.sleep(0.2)
+    # Every worker parked on the engine with lines pending: none can analyse until it serves.
+    await until(lambda: llm.parked == a.settings.concurrency)
     assert a.analyses == 0
     llm.ready.set()
     await until(lambda: a.analyses == 1, limit=10)
@@ -166,7 +174,8 @@ async def test_a_failing_analysis_backs_off_instead_of_spinning() -> None:
     """A stream whose analysis keeps failing is retried slowly and counted, and the
     other streams still get analysed."""
     llm = StandInLlm()
-    a = make(llm)
+    now = [0.0]
+    a = make(llm, monotonic=lambda: now[0])
     original = a._analyze_now
     calls: list[str] = []
 
@@ -180,11 +189,17 @@ async def test_a_failing_analysis_backs_off_instead_of_spinning() -> None:
     say(a, "bad", 0)
     say(a, "good", 0)
     task = asyncio.create_task(a.run())
-    await asyncio.sleep(1.5)
+    bad = lambda: a.snapshot()["streams"]["bad"]  # noqa: E731
+    await until(lambda: "good" in calls and bad()["failures"] == 1)
+    # The retry is due a second later on the analyzer's clock, which stands still here: the
+    # stream cannot run again until it moves, however long the test machine takes.
+    assert bad()["retry_in_s"] == 1.0
+    assert calls.count("bad") == 1
+    now[0] = 1.0
+    await until(lambda: bad()["failures"] == 2, limit=10)
+    assert bad()["retry_in_s"] == 2.0  # and the next wait is twice as long
     task.cancel()
-    assert calls.count("bad") <= 2
-    assert "good" in calls
-    assert a.snapshot()["streams"]["bad"]["failures"] >= 1
+    assert calls.count("bad") == 2
 
 
 async def test_nothing_runs_until_the_engine_serves() -> None:
@@ -193,7 +208,7 @@ async def test_nothing_runs_until_the_engine_serves() -> None:
     a = make(llm)
     task = asyncio.create_task(a.run())
     say(a, "mic1", 0)
-    await asyncio.sleep(0.2)
+    await until(lambda: llm.parked == a.settings.concurrency)
     assert a.analyses == 0 and not llm.prompts
     llm.ready.set()
     await until(lambda: a.analyses == 1)

@@ -228,8 +228,9 @@ async def test_restart_rate_limit_degrades_to_keyword_only_and_keywords_keep_ale
         llm = watcher.on("status")[-1].json()["llm"]
         assert llm["degraded"] is True and llm["state"] == "degraded"
         assert "2 restarts within 600 s (limit 1)" in llm["detail"]
-        # Nothing restarts on its own for degraded_retry_s; an operator's retry does now.
-        await asyncio.sleep(3)
+        # Nothing restarts on its own for degraded_retry_s (an hour here: the retry is due
+        # that far off); an operator's retry does now.
+        assert llm["retry_in_s"] > 3600 - 120
         assert sup.degraded
         assert sup.request_restart()
         await until(sup.ready.is_set, "the engine back after the operator's retry", ENGINE_S)
@@ -275,9 +276,11 @@ async def test_real_memory_pressure_pauses_analyses_and_keywords_go_on(
                 items(prefix, [(1, CHATTER[1]), (2, "temperature over limit on the oven")]),
             )
             await watcher.wait_for(lambda w: 2 in evidence_seqs(w), timeout=30, what="alert")
-            await asyncio.sleep(3)
+            # The stream's analysis is due and waiting behind the closed gate: none can start
+            # while shedding (admit is clear), so the count cannot move until it opens.
+            await until(lambda: daemon.analysis.snapshot()["waiting"] == 1, "analysis waiting")
+            assert not sup.admit.is_set()
             assert daemon.analysis.analyses == done  # paused, not lost
-            assert daemon.analysis.snapshot()["waiting"] == 1
         finally:
             hog.kill()
             await hog.wait()

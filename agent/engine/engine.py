@@ -295,11 +295,17 @@ class Engine:
                 await _warm_up(llm, detokenize=not profile.skip_tokenizer_init)
         except BaseException as exc:
             pool.shutdown(wait=False)
-            with contextlib.suppress(BaseException):
+            try:
                 await construct
+            except BaseException as built_exc:
+                # Usually `exc` itself; a second failure of the build is worth a line.
+                if built_exc is not exc and isinstance(built_exc, Exception):
+                    log.warning("engine_construct_failed", error=repr(built_exc))
             if holder:  # built, then something failed (or we were cancelled) after it
-                with contextlib.suppress(Exception):
+                try:
                     await asyncio.to_thread(holder.pop().shutdown)
+                except Exception:  # a half-built engine: log what its shutdown raised
+                    log.exception("engine_partial_shutdown_failed", model=str(model_dir))
             log.error("engine_start_failed", model=str(model_dir), error=repr(exc))
             if isinstance(exc, Exception):
                 raise EngineStartError(f"vLLM failed to start: {exc}") from exc

@@ -165,7 +165,8 @@ class FleetManager:
         # control.fault_injection only: hold an apply after staging it, so a test can kill
         # the service in the middle of one.
         self.pause_before_apply_s = 0.0
-        self.documents = 0
+        self.documents = 0  # received
+        self.handled = 0  # taken from the inbox and answered (or found already answered)
         self.superseded = 0
 
     # -- in (event loop, from the MQTT callback) ----------------------------------------
@@ -202,6 +203,7 @@ class FleetManager:
                     await self._ack(target, None, "rejected", f"internal error: {exc}")
             finally:
                 self.phase = "idle"
+                self.handled += 1
 
     async def _recover(self) -> None:
         """At start: a pending apply from a run that was killed never became the last known
@@ -441,6 +443,7 @@ class FleetManager:
             "applied": {t: s.version for t, s in self.state.layers.items()},
             "last": self.state.last,
             "documents": self.documents,
+            "handled": self.handled,
             "superseded": self.superseded,
         }
 

@@ -96,11 +96,17 @@ class RungStore:
             return RungRecord(fingerprint=fingerprint, history=record.history)
         return record
 
-    def save(self, record: RungRecord) -> None:
-        """Write atomically. Blocking (fsync): call it off the event loop."""
+    @staticmethod
+    def encode(record: RungRecord) -> bytes:
+        """The file's bytes for `record`: a snapshot, safe to write from another thread."""
+        return json.dumps(record.as_dict(), indent=2, ensure_ascii=False).encode()
+
+    def save(self, record: RungRecord | bytes) -> None:
+        """Write atomically. Blocking (fsync): call it off the event loop, with the record
+        already serialised (`encode`) on the loop so the loop may go on changing it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        data = json.dumps(record.as_dict(), indent=2, ensure_ascii=False).encode()
+        data = record if isinstance(record, bytes) else self.encode(record)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
         try:
             os.write(fd, data)

@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import re
@@ -481,9 +480,11 @@ class AsrStage:
             self._reject(audio, AudioReason.unavailable, f"ASR unavailable: {self.error}")
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._decoder.shutdown(wait=False, cancel_futures=True)
-            self._worker.shutdown(wait=False, cancel_futures=True)
+        for name, pool in (("decoder", self._decoder), ("recognizer", self._worker)):
+            try:
+                pool.shutdown(wait=False, cancel_futures=True)
+            except Exception:  # one pool failing to stop must not keep the other running
+                log.exception("asr.executor_shutdown_failed", executor=name)
 
     def snapshot(self) -> dict[str, Any]:
         p50, p95 = self.rtf.percentile(0.5), self.latency.percentile(0.95)
