@@ -243,7 +243,8 @@ def projection_table(runs: dict[str, Any], names: list[str], plans: dict[str, An
         append = full.get("ttft_append_s")
         dec_w = full.get("decode_at_window_tok_s")
         dec = full.get("decode_tok_s")
-        ctx = min(m["kv_capacity"] or 0, full.get("window_tokens", 0) + 4500 + 64)
+        ctx = min(m["kv_capacity"] or 0, full.get("kwargs", {}).get("max_model_len", 0))
+        weights = m["weights"]
         rows += [
             [name, "decode, MTP k=3 (0 accepted)", f"{dec} x {ORIN_BANDWIDTH_GBPS:g} / {copy}",
              _r(dec and dec * bw), "12 tok/s", _verdict(dec and dec * bw >= 12)],
@@ -254,6 +255,8 @@ def projection_table(runs: dict[str, Any], names: list[str], plans: dict[str, An
              _r(dec_w and dec_w * bw), "12 tok/s", _verdict(dec_w and dec_w * bw >= 12)],
             [name, "planner decode ceiling", f"102e9 / {plans[name].weight_bytes:,} B",
              _r(plans[name].decode_floor_tps), "12 tok/s", None],
+            [name, "bandwidth ceiling, measured weights", f"102e9 / {weights or 0:,.0f} B",
+             _r(weights and ORIN_BANDWIDTH_GBPS * 1e9 / weights), "12 tok/s", None],
             [name, "TTFT, 4.5K appended to the window",
              f"{append} s x {tflops} / {ORIN_FP16_TFLOPS[name]:.1f}", _r(append and append * cr),
              "0.35 s", _verdict(append and append * cr <= 0.35)],
@@ -262,8 +265,8 @@ def projection_table(runs: dict[str, Any], names: list[str], plans: dict[str, An
             [name, "engine memory (GPU + host RSS here)", "measured on the H200",
              f"{engine / 1e9:.2f} GB" if engine else None, "6.2 GB",
              _verdict(engine and engine <= 6.2e9)],
-            [name, "context one stream holds", "measured KV layout", f"{ctx:,}", "128K",
-             _verdict(ctx >= 131072)],
+            [name, "context one stream holds", "measured KV layout, up to max_model_len",
+             f"{ctx:,}", "128K", _verdict(ctx >= 131072)],
         ]  # fmt: skip
     heads = ["profile", "figure (projection)", "formula", "Orin NX", "target", "meets"]
     return md_table(heads, rows)
