@@ -306,6 +306,7 @@ async def run_one(
 
     label = f"{name}:{variant}"
     res: dict[str, Any] = {"profile": name, "variant": variant, "model": folder.name}
+    res["config"] = cfg
     ctx.results["runs"][label] = res
     profile, kw, changes = build(ctx, name, variant, folder, cfg)
     res["changes"], res["kwargs"] = changes, {k: v for k, v in kw.items() if k != "model"}
@@ -392,6 +393,7 @@ async def main_async(args: argparse.Namespace) -> None:
         for item in args.runs.split(","):
             name, _, variant = item.partition(":")
             variant = variant or "full"
+            item = f"{name}:{variant}"  # noqa: PLW2901 (the label run_one files it under)
             if ctx.left() < _cost(ctx, variant):
                 ctx.results["runs"][item] = {"skipped": f"deadline: {ctx.left():.0f} s left"}
                 ctx.save()

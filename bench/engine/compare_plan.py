@@ -300,7 +300,7 @@ def main() -> None:
             continue
         if "kv" not in run:
             continue
-        plan, profile = plan_for(run, run["_file"]["shape"])
+        plan, profile = plan_for(run, run.get("config") or run["_file"]["shape"])
         if run["variant"] == "full":
             plans[run["profile"]] = plan
         unified = bool(profile.device.unified_memory)
