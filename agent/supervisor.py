@@ -619,6 +619,7 @@ class EngineSupervisor:
             "backend": info.backend if info else None,
             "model": self.engine.model.as_dict() if self.engine.model else None,
             "spec": f"{info.spec_method} k={info.spec_k}" if info else None,
+            "spec_reason": info.spec_reason if info else None,
             "degraded": self.degraded,
             "shedding": self.shedding,
             "rung": {
@@ -645,7 +646,10 @@ def _engine_figures(stats: EngineStats) -> dict[str, Any]:
         "num_waiting_reqs": stats.num_waiting_reqs,
         "kv_cache_usage": round(stats.kv_cache_usage, 3),
         "prefix_cache_hit_rate": _round(stats.prefix_cache_hit_rate),
+        "spec_method": stats.spec_method,
+        "spec_k": stats.spec_k,
         "spec_acceptance_rate": _round(stats.spec_acceptance_rate),
+        "spec_mean_accepted_length": _round(stats.spec_mean_accepted_length),
         "preemptions": stats.preemptions,
         "ttft_p50_s": _round(stats.ttft_p50_s),
         "ttft_p95_s": _round(stats.ttft_p95_s),
