@@ -13,6 +13,8 @@
 # machine; a fresh machine rebuilds the tuned model (about 30 s). Results go to $OUT (at most 8
 # files), the log to $OUT/log.txt. BUDGET_S (default 500) is the stage's wall-clock budget:
 # training stops in time to save, the benchmark starts no configuration after it.
+# REGEN_ARGS / TRAIN_ARGS pass extra options (a CPU smoke run: REGEN_ARGS="--limit 4 --eager"
+# TRAIN_ARGS="--max-examples 4 --max-len 1200 --batch-tokens 4000 --draft-vocab 1024").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STAGE=${1:?train, bench or fp8}
@@ -49,12 +51,12 @@ case "$STAGE" in
     prepare || { say "prepare failed"; exit 1; }
     say "tuned model ready; regenerating answers"
     "$PY" training/draft/regen.py --model "$WORK/tuned" --corpus "$WORK/corpora/draft-corpus" \
-      --out "$WORK/answers.npz" || say "regen failed: training on the corpus targets"
+      --out "$WORK/answers.npz" ${REGEN_ARGS:-} || say "regen failed: training on the corpus targets"
     ANS=(); [ -f "$WORK/answers.npz" ] && ANS=(--answers "$WORK/answers.npz") && cp "$WORK/answers.json" "$OUT/"
     T=$(( $(left) - 60 )); [ "$T" -lt 30 ] && T=30
     say "training for at most ${T}s"
     "$PY" training/draft/train.py --target "$WORK/tuned" --corpus "$WORK/corpora/draft-corpus" "${ANS[@]}" \
-      --out "$WORK/draft" --max-seconds "$T" --draft-vocab "${DRAFT_VOCAB:-8192}" --ttt 4
+      --out "$WORK/draft" --max-seconds "$T" --draft-vocab "${DRAFT_VOCAB:-8192}" --ttt 4 ${TRAIN_ARGS:-}
     mkdir -p "$OUT/draft" && cp "$WORK"/draft/* "$OUT/draft/"
     ls -la "$OUT/draft"
     ;;

@@ -55,7 +55,7 @@ def load_examples(corpus: Path, answers: Path | None) -> list[dict[str, Any]]:
     else:
         a_ids, a_off = data["target_ids"], data["target_offsets"]
     out = []
-    for i in range(len(p_off) - 1):
+    for i in range(min(len(p_off), len(a_off)) - 1):  # regen.py --limit answers a prefix
         prompt = p_ids[p_off[i] : p_off[i + 1]].astype("int64")
         answer = a_ids[a_off[i] : a_off[i + 1]].astype("int64")
         if len(answer) < 2:
@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-positions", type=int, default=128)
     ap.add_argument("--prompt-weight", type=float, default=0.3)
     ap.add_argument("--max-examples", type=int, default=0, help="0: all (smoke runs take few)")
+    ap.add_argument("--max-len", type=int, default=0, help="skip longer examples (0: none)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
@@ -306,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     target.requires_grad_(False)
     embed = target.model.embed_tokens
     examples = load_examples(args.corpus, args.answers)
+    if args.max_len:
+        examples = [e for e in examples if len(e["prompt"]) + len(e["answer"]) <= args.max_len]
     if args.max_examples:
         examples = examples[: args.max_examples]
     val_idx = [i for i, e in enumerate(examples) if e["val"]] or list(range(min(4, len(examples))))
