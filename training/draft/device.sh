@@ -71,7 +71,7 @@ case "$STAGE" in
     ;;
   fp8)
     "$PY" bench/engine/bench_fp8.py --out "$OUT/fp8" --model-dir "$WORK/qwen3-4b-shape" \
-      --deadline-s $(( $(left) - 150 ))
+      --deadline-s $(( $(left) - 150 )) ${FP8_CONFIGS:+--configs "$FP8_CONFIGS"}
     ;;
   *) echo "unknown stage $STAGE"; exit 2 ;;
 esac
