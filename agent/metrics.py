@@ -273,6 +273,18 @@ def _engine(out: _Families, llm: Mapping[str, Any]) -> None:
         eng.get("spec_acceptance_rate"),
     )
     out.gauge(
+        "engine_spec_mean_accepted_length",
+        "Tokens a speculative verify step yields (1 + accepted / drafts), this engine run.",
+        eng.get("spec_mean_accepted_length"),
+    )
+    if eng.get("spec_method") is not None:
+        out.gauge(
+            "engine_spec_k",
+            "Speculative tokens per step (k) the engine runs, by method (mtp, draft, ngram, off).",
+            eng.get("spec_k"),
+            method=str(eng.get("spec_method")),
+        )
+    out.gauge(
         "engine_waiting_requests", "Requests queued in the engine.", eng.get("num_waiting_reqs")
     )
     analysis = llm.get("analysis")

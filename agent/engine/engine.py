@@ -38,6 +38,7 @@ from typing import Any, Literal
 import structlog
 
 from agent.engine.args import apply_engine_env, engine_kwargs, supported_kwargs
+from agent.engine.draft import resolve_draft
 from agent.engine.errors import (
     EngineDead,
     EngineError,
@@ -83,6 +84,7 @@ class EngineInfo:
     spec_method: str
     spec_k: int
     plan_verdict: str
+    spec_reason: str = ""  # why this method: MTP found, the draft used, or why not
 
 
 @dataclass(frozen=True)
@@ -257,7 +259,9 @@ class Engine:
             raise EngineStartError(_name_missing_vllm(str(exc))) from exc
         self.model = choice
         model_dir = choice.path
-        plan, spec = await asyncio.to_thread(_plan, model_dir, profile, speculative_k)
+        plan, spec = await asyncio.to_thread(
+            _plan, model_dir, profile, speculative_k, choice.adapter
+        )
         if not plan.fits:
             log.error("engine_refused", model=str(model_dir), verdict=plan.verdict)
             raise EngineWontFit(plan.verdict, plan.render())
@@ -323,6 +327,7 @@ class Engine:
             spec_method=spec.method,
             spec_k=spec.k,
             plan_verdict=plan.verdict,
+            spec_reason=spec.reason,
         )
         log.info(
             "engine_started",
@@ -600,11 +605,16 @@ class Engine:
 
 
 def _plan(
-    model_dir: Path, profile: EngineProfile, k: int | None
+    model_dir: Path, profile: EngineProfile, k: int | None, adapter: str | None = None
 ) -> tuple[MemoryPlan, SpeculationPlan]:
     try:
         plan = plan_memory(model_dir, profile)
-        spec = choose_speculation(profile, model_dir, k)
+        draft, note = None, None
+        if profile.speculative.method in ("auto", "draft"):
+            draft, note = resolve_draft(profile.speculative.draft, adapter, model_dir)
+            if note and profile.speculative.method == "draft":
+                log.warning("spec_draft_unavailable", reason=note)
+        spec = choose_speculation(profile, model_dir, k, draft, note)
     except (PlanError, ValueError) as exc:
         raise EngineStartError(str(exc)) from exc
     return plan, spec

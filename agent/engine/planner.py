@@ -43,6 +43,10 @@ _DTYPE_LABEL = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _FLOAT_TENSORS = {"F32", "F16", "BF16"}  # cast to the engine dtype on load; others kept
 _UNSCALED_ROPE = {"default", "llama3", "longrope", "su", "mrope", "linear_dynamic"}
 _DEFAULT_UTIL = 0.92  # vLLM's default gpu_memory_utilization
+# AWQ / GPTQ 4-bit with groups of 128: half a byte a weight plus an fp16 scale and a 4-bit
+# zero point per group. Embeddings and the LM head stay in the model dtype.
+_INT4_BYTES_PER_WEIGHT = 0.5 + 2.5 / 128
+_PREQUANTIZED = ("awq", "gptq", "marlin", "compressed", "bitsandbytes", "gguf")
 
 
 class PlanError(Exception):
@@ -76,6 +80,7 @@ class MemoryPlan:
     decode_floor_tps: float | None
     fits: bool
     verdict: str
+    int4_weight_bytes: int | None = None  # the same model as AWQ/GPTQ int4 (cuda profiles)
 
     def render(self, profile_name: str | None = None) -> str:
         s = self.shape
@@ -117,6 +122,10 @@ class MemoryPlan:
         if self.decode_floor_tps is not None:
             lines.append(("decode ceiling", f"{self.decode_floor_tps:.1f} tok/s at batch 1 "
                           "(weights read once per token)"))  # fmt: skip
+        if self.int4_weight_bytes is not None:
+            saved = self.weight_bytes - self.int4_weight_bytes
+            lines.append(("int4 option", f"{_gb(self.int4_weight_bytes)} of weights as AWQ/GPTQ "
+                          f"4-bit (group 128): saves {_gb(saved)}"))  # fmt: skip
         lines.append(("verdict", self.verdict))
         width = max(len(k) for k, _ in lines)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
@@ -159,21 +168,50 @@ def _position_limit(cfg: Mapping[str, Any]) -> int | None:
     return base
 
 
+def _is_linear(name: str) -> bool:
+    """A decoder layer's projection (what fp8 and int4 quantize; not embeddings or norms)."""
+    return (".layers." in f".{name}" and name.endswith("proj.weight")) or ".experts." in name
+
+
+def _embed_params(shape: ModelShape, cfg: Mapping[str, Any]) -> int:
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    return shape.vocab_size * shape.hidden_size * (1 if tied else 2)
+
+
 def _weights(
     model_dir: Path, profile: EngineProfile, shape: ModelShape, dtype_bytes: int
 ) -> tuple[int, str]:
+    """Weight bytes in memory. `quantization: fp8` (vLLM quantizes a bf16 checkpoint at
+    load) stores the decoder's projections at one byte."""
+    linear_bytes = 1 if profile.quantization == "fp8" else dtype_bytes
+    note = ", fp8 projections" if profile.quantization == "fp8" else ""
     files = safetensors_files(model_dir)
     if profile.load_format == "dummy" or not files:
         why = "dummy load" if profile.load_format == "dummy" else "no weight files"
-        return shape.estimated_params * dtype_bytes, f"estimated from config, {why}"
+        embed = _embed_params(shape, text_config(read_config(model_dir)))
+        linear = max(0, shape.estimated_params - embed)
+        total = linear * linear_bytes + embed * dtype_bytes
+        return total, f"estimated from config, {why}{note}"
     total = 0
     for t in tensor_infos(model_dir):
         if t.dtype in _FLOAT_TENSORS:
-            total += t.numel * dtype_bytes
+            total += t.numel * (linear_bytes if _is_linear(t.name) else dtype_bytes)
         else:  # quantized payloads stay as stored
             total += t.nbytes or math.ceil(t.numel * SAFETENSORS_DTYPE_BYTES.get(t.dtype, 1))
     n = len(files)
-    return total, f"{n} safetensors file{'s' if n > 1 else ''}"
+    return total, f"{n} safetensors file{'s' if n > 1 else ''}{note}"
+
+
+def _int4_weights(
+    shape: ModelShape, cfg: Mapping[str, Any], profile: EngineProfile, dtype_bytes: int
+) -> int | None:
+    """The weights as AWQ/GPTQ int4 (a plan for CUDA devices; None if already quantized)."""
+    quant = (profile.quantization or "").lower()
+    if profile.device.kind != "cuda" or any(q in quant for q in _PREQUANTIZED):
+        return None
+    embed = _embed_params(shape, cfg)
+    linear = max(0, shape.estimated_params - embed)
+    return math.ceil(linear * _INT4_BYTES_PER_WEIGHT) + embed * dtype_bytes
 
 
 def _activations(profile: EngineProfile, shape: ModelShape, dtype_bytes: int, k: int) -> int:
@@ -326,4 +364,5 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         decode_floor_tps=floor,
         fits=fits,
         verdict=verdict,
+        int4_weight_bytes=_int4_weights(shape, text_config(config), profile, dtype_bytes),
     )

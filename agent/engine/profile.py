@@ -143,12 +143,22 @@ class CudaGraphSettings(_Model):
 
 
 class SpeculativeSettings(_Model):
-    method: Literal["auto", "mtp", "ngram", "off"] = Field(
+    method: Literal["auto", "mtp", "draft", "ngram", "off"] = Field(
         "auto",
         title="Method",
         description="auto: MTP when the model's config declares MTP layers and its weights "
-        "carry them, else ngram (prompt lookup, which suits answers that quote the "
-        "transcript). off disables speculative decoding.",
+        "carry them, else the trained draft (vLLM eagle3) when the served tuned model ships "
+        "one that fits and the backend runs it, else ngram (prompt lookup, which suits "
+        "answers that quote the transcript). draft: the trained draft or refuse to start. "
+        "off disables speculative decoding.",
+    )
+    draft: str | None = Field(
+        "auto",
+        title="Trained draft",
+        description="The EAGLE-3 draft head for method auto/draft: auto finds the one the "
+        "merged adapter ships (its adapter_meta.json 'draft', else <adapter>-eagle3 beside "
+        "it or in the models search path); a folder name there or a path; null: none.",
+        max_length=4096,
     )
     num_speculative_tokens: int = Field(
         3,
@@ -235,8 +245,9 @@ class EngineProfile(_Model):
     quantization: str | None = Field(
         None,
         title="Weight quantization",
-        description="vLLM quantization method for pre-quantized weights (awq_marlin, "
-        "gptq_marlin, ...). None: as stored.",
+        description="vLLM quantization method: fp8 quantizes a bf16 checkpoint's projections "
+        "to fp8 at load (sm_89+); awq_marlin, gptq_marlin, ... for pre-quantized int4 weights. "
+        "None: as stored.",
     )
     device: DeviceSettings = Field(
         default_factory=DeviceSettings, title="Device", description="The machine, for the planner."

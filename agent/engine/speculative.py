@@ -1,7 +1,9 @@
 """Speculative decoding: which method a model gets, and stepping k down when drafts miss.
 
-MTP heads are trained with the model and usually accept well; prompt lookup (ngram) costs
-nothing to draft and suits answers that quote the transcript. A draft that is rejected still
+MTP heads are trained with the model and usually accept well; a trained draft (an EAGLE-3
+head shipped beside a tuned model, agent/engine/draft.py) is the next best; prompt lookup
+(ngram) costs nothing to draft and suits answers that quote the transcript. A draft that is
+rejected still
 costs verify compute, so when acceptance stays low the controller steps k down
 (3, 2, 1, off). vLLM fixes k when the engine starts, so a step is a *target* that the
 engine applies at its next (re)start; until then further windows are ignored, because they
@@ -19,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from agent.engine.draft import DraftInfo
 from agent.engine.model_config import read_config, tensor_infos, text_config
 from agent.engine.profile import EngineProfile, SpeculativeSettings
 
@@ -103,19 +106,27 @@ def detect_mtp(model_dir: Path) -> MtpInfo | None:
 
 @dataclass(frozen=True)
 class SpeculationPlan:
-    method: str  # "mtp", "ngram" or "off"
+    method: str  # "mtp", "draft", "ngram" or "off"
     k: int
     reason: str
     vllm_config: dict[str, Any] | None
 
 
 def choose_speculation(
-    profile: EngineProfile, model_dir: Path, k: int | None = None
+    profile: EngineProfile,
+    model_dir: Path,
+    k: int | None = None,
+    draft: DraftInfo | None = None,
+    draft_note: str | None = None,
 ) -> SpeculationPlan:
     """The speculative config for vLLM, from the profile, the model folder and k.
 
+    The rule (method auto): MTP when the weights carry it, else the trained draft when the
+    served model has one that fits (`draft`, validated by the caller; `draft_note` says why
+    there is none), else prompt lookup.
+
     Raises:
-        ValueError: the profile asks for MTP and the model cannot provide it.
+        ValueError: the profile asks for MTP or the draft and the model cannot provide it.
     """
     spec = profile.speculative
     k = spec.num_speculative_tokens if k is None else k
@@ -136,7 +147,18 @@ def choose_speculation(
             k -= k % mtp.layers  # vLLM needs k divisible by the MTP layer count above it
         reason = f"{mtp.field}={mtp.layers}"
         return SpeculationPlan("mtp", k, reason, {"method": "mtp", "num_speculative_tokens": k})
+    if spec.method == "draft" and draft is None:
+        raise ValueError(f"speculative.method is draft but {draft_note or 'no draft is shipped'}")
+    if draft is not None and spec.method in ("auto", "draft"):
+        return SpeculationPlan(
+            "draft",
+            k,
+            f"trained draft {draft.name} (eagle3, draft vocabulary {draft.draft_vocab})",
+            {"method": "eagle3", "model": str(draft.path), "num_speculative_tokens": k},
+        )
     reason = "no MTP layers" if mtp is None else "MTP declared but weights missing"
+    if draft_note:
+        reason += f"; {draft_note}"
     if spec.method == "ngram":
         reason = "profile asks for ngram"
     return SpeculationPlan(

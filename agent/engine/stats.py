@@ -62,6 +62,7 @@ class EngineStats:
     spec_draft_tokens: int
     spec_accepted_tokens: int
     spec_acceptance_rate: float | None
+    spec_mean_accepted_length: float | None  # tokens per verify step: 1 + accepted / drafts
     spec_window_acceptance: float | None
     spec_step_downs: int
 
@@ -151,6 +152,7 @@ class StatsCollector:
         with self._lock:
             rate = self.prefix_hits / self.prefix_queries if self.prefix_queries else None
             acc = self.spec_accepted / self.spec_draft_tokens if self.spec_draft_tokens else None
+            mean_len = 1 + self.spec_accepted / self.spec_drafts if self.spec_drafts else None
             return {
                 "engine_steps": self.steps,
                 "prefix_cache_queries": self.prefix_queries,
@@ -165,6 +167,7 @@ class StatsCollector:
                 "spec_draft_tokens": self.spec_draft_tokens,
                 "spec_accepted_tokens": self.spec_accepted,
                 "spec_acceptance_rate": acc,
+                "spec_mean_accepted_length": mean_len,
                 "ttft_last_s": self.ttft.last,
                 "ttft_p50_s": self.ttft.percentile(0.50),
                 "ttft_p95_s": self.ttft.percentile(0.95),

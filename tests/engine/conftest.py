@@ -72,9 +72,12 @@ def model_dir(tmp_path: Path) -> ModelDirFactory:
 def engine_profile(default_model: Path) -> EngineProfile:
     """cpu-dev, with an acceptance floor of 1.0 over 32-token windows: the first window
     with any rejected draft steps k down, so the restart test can check that the engine
-    applies the new k (the step only takes effect at a restart)."""
+    applies the new k (the step only takes effect at a restart). Prompt lookup pinned: these
+    tests are about its mechanics, whatever draft the tuned model ships (test_draft_engine)."""
     profile = load_engine_profile("cpu-dev")
-    spec = profile.speculative.model_copy(update={"min_acceptance": 1.0, "window_draft_tokens": 32})
+    spec = profile.speculative.model_copy(
+        update={"method": "ngram", "min_acceptance": 1.0, "window_draft_tokens": 32}
+    )
     return profile.model_copy(update={"model": str(default_model), "speculative": spec})
 
 

@@ -1,0 +1,272 @@
+"""Speculative decoding on the tuned default model: none / prompt lookup / the trained draft.
+
+    python bench/engine/bench_spec.py --model <merged tuned model> \
+        --draft models/smollm2-135m-edge-eagle3 --prompts <corpus dir> --out DIR \
+        [--configs none,eagle3-1,...,ngram-4] [--n 32]
+
+One process, one vLLM engine per configuration (AsyncLLM, the engine arguments of
+training/draft/vllm_run.py, which the answer regeneration used too, so the compile cache is
+shared), the same real analysis prompts (corpus prompts: rendered by the service's prompt
+code) one at a time, greedy, up to --max-tokens answer tokens, stopping at the end token as
+the service does. Per configuration: engine start, analysis latency p50/p95 (request sent to
+last token), TTFT p50, decode tokens/s (tokens after the first over the time after the
+first, summed over requests), vLLM's own speculation counters (drafts, draft tokens,
+accepted, per position) as acceptance rate and mean accepted length (1 + accepted / drafts:
+tokens a verify step yields), and how many answers are token-for-token the answers without
+speculation. A configuration that fails is logged with its traceback and the next runs;
+results are written after each configuration (DIR/results.json, DIR/table.md), and no new
+configuration starts after --deadline-s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from training.draft.vllm_run import engine_kwargs, load_prompts  # noqa: E402
+
+T0 = time.monotonic()
+
+
+def spec_for(name: str, draft: Path | None) -> dict[str, Any] | None:
+    if name == "none":
+        return None
+    method, _, k = name.partition("-")
+    if method == "ngram":
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": int(k),
+            "prompt_lookup_min": 2,
+            "prompt_lookup_max": 5,
+        }
+    if method == "eagle3":
+        if draft is None:
+            raise ValueError("eagle3 needs --draft")
+        return {"method": "eagle3", "model": str(draft), "num_speculative_tokens": int(k)}
+    raise ValueError(f"unknown config {name!r}")
+
+
+class SpecCounts:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.drafts = self.draft_tokens = self.accepted = 0
+        self.per_pos: list[int] = []
+
+    def factory(self) -> Any:
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        counts = self
+
+        class _Logger(StatLoggerBase):  # type: ignore[misc]
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(self, scheduler_stats: Any, iteration_stats: Any, *a: Any, **k: Any) -> None:
+                spec = getattr(scheduler_stats, "spec_decoding_stats", None)
+                if spec is None:
+                    return
+                with counts.lock:
+                    counts.drafts += int(getattr(spec, "num_drafts", 0) or 0)
+                    counts.draft_tokens += int(getattr(spec, "num_draft_tokens", 0) or 0)
+                    counts.accepted += int(getattr(spec, "num_accepted_tokens", 0) or 0)
+                    pos = list(getattr(spec, "num_accepted_tokens_per_pos", []) or [])
+                    if len(counts.per_pos) < len(pos):
+                        counts.per_pos += [0] * (len(pos) - len(counts.per_pos))
+                    for i, v in enumerate(pos):
+                        counts.per_pos[i] += int(v)
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return _Logger
+
+    def reset(self) -> None:
+        with self.lock:
+            self.drafts = self.draft_tokens = self.accepted = 0
+            self.per_pos = []
+
+
+async def one(llm: Any, ids: list[int], max_tokens: int) -> dict[str, Any]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    sp = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=0.0,
+        detokenize=False,
+        output_kind=RequestOutputKind.DELTA,
+    )
+    t0 = time.perf_counter()
+    ttft = None
+    tokens: list[int] = []
+    async for out in llm.generate(
+        TokensPrompt(prompt_token_ids=ids), sp, request_id=uuid.uuid4().hex
+    ):
+        got = list(out.outputs[0].token_ids) if out.outputs else []
+        if got and ttft is None:
+            ttft = time.perf_counter() - t0
+        tokens += got
+    total = time.perf_counter() - t0
+    return {"ttft": ttft if ttft is not None else total, "total": total, "tokens": tokens}
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+async def run_config(
+    name: str, args: argparse.Namespace, prompts: list[list[int]], on_gpu: bool
+) -> dict[str, Any]:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    kw = engine_kwargs(args.model, on_gpu=on_gpu, spec=spec_for(name, args.draft), eager=args.eager)
+    known = set(AsyncEngineArgs.__dataclass_fields__)
+    kw = {k: v for k, v in kw.items() if k in known}
+    counts = SpecCounts()
+    t0 = time.perf_counter()
+    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw), stat_loggers=[counts.factory()])
+    start_s = time.perf_counter() - t0
+    print(f"[{name}] engine start {start_s:.1f}s", flush=True)
+    try:
+        await one(llm, prompts[-1], 8)  # warm-up on a prompt not measured
+        await asyncio.sleep(0.5)
+        counts.reset()
+        rows = [await one(llm, p, args.max_tokens) for p in prompts[:-1]]
+        await asyncio.sleep(1.5)  # the last stats interval reaches the logger
+    finally:
+        llm.shutdown()
+        del llm
+        gc.collect()
+    dec_tokens = sum(max(0, len(r["tokens"]) - 1) for r in rows)
+    dec_time = sum(r["total"] - r["ttft"] for r in rows if len(r["tokens"]) > 1)
+    res: dict[str, Any] = {
+        "config": name,
+        "start_s": round(start_s, 1),
+        "requests": len(rows),
+        "answer_tokens": sum(len(r["tokens"]) for r in rows),
+        "latency_p50_s": round(statistics.median(r["total"] for r in rows), 4),
+        "latency_p95_s": round(pct([r["total"] for r in rows], 0.95), 4),
+        "ttft_p50_s": round(statistics.median(r["ttft"] for r in rows), 4),
+        "decode_tok_s": round(dec_tokens / dec_time, 1) if dec_time > 0 else None,
+        "drafts": counts.drafts,
+        "draft_tokens": counts.draft_tokens,
+        "accepted": counts.accepted,
+        "accepted_per_pos": counts.per_pos,
+        "acceptance_rate": round(counts.accepted / counts.draft_tokens, 4)
+        if counts.draft_tokens
+        else None,
+        "mean_accepted_length": round(1 + counts.accepted / counts.drafts, 3)
+        if counts.drafts
+        else None,
+        "outputs": [r["tokens"] for r in rows],
+    }
+    return res
+
+
+def _dash(x: float | None) -> str:
+    return "-" if x is None else str(x)
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    base = next((r for r in results if r.get("config") == "none" and "outputs" in r), None)
+    head = (
+        "| config | start s | acceptance | mean accepted length | decode tok/s | x none "
+        "| latency p50 s | p95 s | TTFT p50 s | same answers as none |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['config']} | failed: {r['error'][:80]} |" + " |" * 8)
+            continue
+        same = "-"
+        if base is not None and r is not base:
+            n = sum(a == b for a, b in zip(r["outputs"], base["outputs"], strict=False))
+            same = f"{n}/{len(base['outputs'])}"
+        speed = "-"
+        if base is not None and base.get("decode_tok_s") and r.get("decode_tok_s"):
+            speed = f"{r['decode_tok_s'] / base['decode_tok_s']:.2f}"
+        lines.append(
+            f"| {r['config']} | {r['start_s']} | {_dash(r['acceptance_rate'])} | "
+            f"{_dash(r['mean_accepted_length'])} | {r['decode_tok_s']} | {speed} | "
+            f"{r['latency_p50_s']} | "
+            f"{r['latency_p95_s']} | {r['ttft_p50_s']} | {same} |"
+        )
+    return "\n".join(lines)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    prompts = load_prompts(args.prompts)
+    # The same prompts for every configuration: the first n (+1 for the warm-up).
+    prompts = prompts[: args.n + 1]
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    for name in args.configs.split(","):
+        if time.monotonic() - T0 > args.deadline_s:
+            print(f"[{name}] skipped: past the deadline", flush=True)
+            results.append({"config": name, "error": "skipped: past the deadline"})
+            continue
+        try:
+            results.append(await run_config(name, args, prompts, on_gpu))
+        except Exception as exc:
+            traceback.print_exc()
+            results.append({"config": name, "error": f"{type(exc).__name__}: {exc}"})
+        await asyncio.sleep(2)
+        table = render(results)
+        meta = {
+            "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+            "prompts": len(prompts) - 1,
+            "max_tokens": args.max_tokens,
+            "model": str(args.model),
+            "draft": str(args.draft),
+        }
+        (args.out / "results.json").write_text(json.dumps({"meta": meta, "results": results}))
+        (args.out / "table.md").write_text(table + "\n")
+        print(table, flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--draft", type=Path)
+    ap.add_argument("--prompts", type=Path, required=True, help="a corpus folder (corpus.npz)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--configs",
+        default="none,eagle3-1,eagle3-2,eagle3-3,eagle3-4,ngram-1,ngram-2,ngram-3,ngram-4",
+    )
+    ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument(
+        "--eager", action="store_true", help="enforce_eager (the CPU profile does anyway)"
+    )
+    ap.add_argument("--deadline-s", type=float, default=1e9)
+    args = ap.parse_args()
+    asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
