@@ -11,6 +11,7 @@ hour (after the first five minutes of warm-up) and a chart, soak-<date>.png.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 import uuid
@@ -26,6 +27,7 @@ from bench.chaos.bench_chaos import Publisher, Service, Subscriber, _segment, _u
 _SAMPLE_S = 10.0
 _FAULT_EVERY_S = 300.0
 _WARMUP_S = 300.0
+_SETTLE_S = 180.0  # after a fault: the engine restarts and the RSS refills
 _CHATTER = [
     "conveyor running at normal speed",
     "count is four hundred so far",
@@ -42,6 +44,34 @@ def _slope_per_hour(points: list[tuple[float, float]]) -> float | None:
     my = sum(v for _, v in points) / n
     den = sum((t - mx) ** 2 for t, _ in points)
     return None if den == 0 else sum((t - mx) * (v - my) for t, v in points) / den * 3600
+
+
+def _within_slope_per_hour(
+    samples: list[dict[str, float]], faults: list[tuple[float, str]], key: str
+) -> float | None:
+    """The slope of `key` inside the steady stretches (from _SETTLE_S after a fault or an
+    engine restart, or the warm-up, to the next), with an intercept per stretch: growth
+    within one running service, not the drop and refill of a restart. None with too few
+    samples."""
+    # The injected faults, and the engine restarts the watchdog made on its own (an RSS
+    # drop of a quarter or more between two samples: a hang on a starved machine, say).
+    drops = [b["t"] for a, b in itertools.pairwise(samples) if b["rss_mib"] < 0.75 * a["rss_mib"]]
+    edges = sorted({*(t for t, _ in faults), *drops})
+    stretches: list[list[tuple[float, float]]] = []
+    bounds = [(_WARMUP_S, edges[0] if edges else float("inf"))]
+    bounds += [(t + _SETTLE_S, (edges[i + 1] if i + 1 < len(edges) else float("inf")))
+               for i, t in enumerate(edges)]  # fmt: skip
+    for lo, hi in bounds:
+        pts = [(x["t"], x[key]) for x in samples if lo <= x["t"] < hi]
+        if len(pts) >= 3:
+            stretches.append(pts)
+    num = den = 0.0
+    for pts in stretches:
+        mx = sum(t for t, _ in pts) / len(pts)
+        my = sum(v for _, v in pts) / len(pts)
+        num += sum((t - mx) * (v - my) for t, v in pts)
+        den += sum((t - mx) ** 2 for t, _ in pts)
+    return None if den == 0 else num / den * 3600
 
 
 def _resources(service: Service) -> tuple[float, int] | None:
@@ -102,27 +132,36 @@ async def soak(minutes: float, work: Path, results: Path) -> str:
         await pub.close()
         service.stop()
         await sub.stop()
-    late = [s for s in samples if s["t"] >= min(_WARMUP_S, minutes * 30)]
-    slopes = {
-        key: _slope_per_hour([(s["t"], s[key]) for s in late])
-        for key in ("rss_mib", "files", "outbox")
-    }
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
     results.mkdir(parents=True, exist_ok=True)
-    (results / f"soak-{stamp}.json").write_text(
+    path = results / f"soak-{stamp}.json"
+    path.write_text(
         json.dumps({"minutes": minutes, "published": published, "faults": faults,
-                    "samples": samples, "slopes_per_hour": slopes}, indent=1) + "\n"
+                    "samples": samples}, indent=1) + "\n"
     )  # fmt: skip
-    _chart(samples, faults, results / f"soak-{stamp}.png")
+    return summarize(path)
+
+
+def summarize(path: Path) -> str:
+    """The table and chart of a soak's samples (also: python -m bench.chaos.soak FILE)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    samples: list[dict[str, float]] = data["samples"]
+    faults = [(float(t), str(k)) for t, k in data["faults"]]
+    _chart(samples, faults, path.with_suffix(".png"))
+    late = [x for x in samples if x["t"] >= min(_WARMUP_S, data["minutes"] * 30)]
     first, last = (samples[0], samples[-1]) if samples else ({}, {})
-    rows = [
-        [key, first.get(key), last.get(key), slopes[key]] for key in ("rss_mib", "files", "outbox")
-    ]
+    rows = []
+    for key in ("rss_mib", "files", "outbox"):
+        overall = _slope_per_hour([(x["t"], x[key]) for x in late])
+        rows.append([key, first.get(key), last.get(key), overall,
+                     _within_slope_per_hour(samples, faults, key)])  # fmt: skip
+    kinds = ", ".join(f"{k} at {t / 60:.0f} min" for t, k in faults)
     return (
-        f"# soak: {minutes:g} min, {published} segments, faults {faults}\n\n"
-        + md_table(["series", "first", "last", "slope per hour (after warm-up)"], rows)
-        + f"\n\nchart: {results / f'soak-{stamp}.png'}\n"
-    )
+        f"# soak: {data['minutes']:g} min, {data['published']} segments; faults: {kinds}\n\n"
+        + md_table(["series", "first", "last", "slope/h, all samples after warm-up",
+                    f"slope/h within each run (from {_SETTLE_S:.0f} s after a fault)"], rows)
+        + f"\n\nchart: {path.with_suffix('.png')}\n"
+    )  # fmt: skip
 
 
 def _chart(samples: list[dict[str, float]], faults: list[tuple[float, str]], path: Path) -> None:
@@ -149,3 +188,9 @@ def _chart(samples: list[dict[str, float]], faults: list[tuple[float, str]], pat
     fig.suptitle("edge-agent soak")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(summarize(Path(sys.argv[1])))
