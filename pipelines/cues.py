@@ -102,6 +102,7 @@ class Cues:
         self._unreal = _CueList(s.unreal_cues)
         self._topic = _CueList(s.topic_cues)
         self._drill = _CueList(s.drill_cues)
+        self._device = _CueList(s.device_cues)
 
     @staticmethod
     def _clause(seq: Sequence[Unit], i: int) -> list[Unit]:
@@ -156,6 +157,17 @@ class Cues:
 
     def topic(self, seq: Sequence[Unit], start: int) -> str | None:
         return self._topic.find(self._before(seq, start, self._s.negation_window))
+
+    def device(self, seq: Sequence[Unit], end: int) -> str | None:
+        """The word right after the match (its clause) names a part: "emergency stop
+        button"; for Chinese, the characters right after it start with one (急停按钮)."""
+        if end >= len(seq) or seq[end].clause != seq[end - 1].clause:
+            return None
+        nxt = seq[end]
+        if not nxt.cjk:
+            return nxt.text if (nxt.text,) in self._device.words else None
+        chars = "".join(u.text for u in seq[end : end + 4] if u.cjk)
+        return next((c for c in self._device.chars if chars.startswith(c)), None)
 
     def drill(self, seq: Sequence[Unit], start: int) -> str | None:
         return self._drill.find(self._clause(seq, start))

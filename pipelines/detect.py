@@ -124,7 +124,10 @@ class KeywordDetector:
                         where = _Role(f.code, ci, role, lang)
                         entries += [(t, where) for t in expand(words, classes)]
         self._terms = TermIndex(
-            entries, fuzzy=settings.fuzzy, sound=settings.pinyin, cap=settings.max_word_edits
+            entries,
+            fuzzy=settings.fuzzy,
+            sound=settings.fuzzy and settings.pinyin,
+            cap=settings.max_word_edits,
         )
 
     def detect(
@@ -171,9 +174,13 @@ class KeywordDetector:
                 found.append((replace(m, keyword=phrase.text, score=score), start, end, own))
         found += self._concepts(seq, lang, exclude)
         out: list[Candidate] = []
+        spans: set[tuple[str, int, int]] = set()
         for m, start, end, own in found:
-            if end <= first_new:
+            if end <= first_new or (m.code, start, end) in spans:
                 continue
+            if m.kind == "concept" and start < first_new:
+                continue  # the context has lost its punctuation: no clause to meet in
+            spans.add((m.code, start, end))
             question = seq[start].clause in questions
             dropped = segment or self._why_not(seq, start, end, own, question=question)
             out.append(Candidate(m, dropped))
@@ -188,9 +195,12 @@ class KeywordDetector:
             return []
         heard = Heard.of(seq)
         groups: dict[tuple[str, int], dict[str, list[tuple[_Role, Hit]]]] = {}
+        seen: set[tuple[str, int, str, int, int]] = set()
         for role, hit in self._terms.find(heard):
-            if role.code in exclude:
-                continue
+            key = (role.code, role.concept, role.role, hit.start, hit.end)
+            if role.code in exclude or key in seen:
+                continue  # slip and slippage both meet "slipped": one hit
+            seen.add(key)
             groups.setdefault((role.code, role.concept), {}).setdefault(role.role, []).append(
                 (role, hit)
             )
@@ -254,6 +264,8 @@ class KeywordDetector:
             return f"condition or question: {cue}"
         if cue := cues.topic(seq, start):
             return f"topic: {cue}"
+        if cue := cues.device(seq, end):
+            return f"names a part: {cue}"
         if cue := cues.drill(seq, start):
             return f"drill or test: {cue}"
         return None

@@ -88,6 +88,13 @@ _EN_DRILL = [
 ]
 _ZH_DRILL = ["演练", "演习", "培训", "练习", "模拟", "测试", "视频", "课程", "考试", "不是真"]
 
+# Right after a match: it names a part or a document, not an event ("the emergency stop
+# buttons are all pulled out", 急停按钮). An event on the part is a concept (button + hit).
+_EN_DEVICE = ["button", "buttons", "circuit", "circuits", "switch", "switches", "cord",
+              "procedure", "procedures", "sign", "signs", "manual", "checklist", "sensor",
+              "sensors", "kit", "tray", "trays"]  # fmt: skip
+_ZH_DEVICE = ["按钮", "开关", "回路", "拉绳", "程序", "规程", "标识", "传感器", "手册", "托盘"]
+
 DEFAULT_CLASSES: dict[str, dict[str, list[str]]] = {
     "intense": {
         "en": [
@@ -136,14 +143,14 @@ class KeywordSettings(BaseModel):
         True, title="Pinyin", description="Chinese characters also match by sound (homophones)."
     )
     concept_window_words: int = Field(
-        6,
+        8,
         ge=0,
         le=20,
         title="Concept window, words",
         description="Most words between a concept's subject and symptom (one clause).",
     )
     concept_window_chars: int = Field(
-        10,
+        12,
         ge=0,
         le=40,
         title="Concept window, characters",
@@ -197,6 +204,13 @@ class KeywordSettings(BaseModel):
         default_factory=lambda: _cue_lists(_EN_DRILL, _ZH_DRILL),
         title="Drill cues",
         description="Anywhere in a match's clause: a drill, test or training (急停演练).",
+    )
+
+    device_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_DEVICE, _ZH_DEVICE),
+        title="Device cues",
+        description="Right after a match: it names a part or a document, not an event "
+        "(emergency stop button, 急停按钮).",
     )
 
     @field_validator("classes")

@@ -20,7 +20,8 @@ from agent.engine.profile import EngineProfile
 from agent.watchdog.settings import WatchdogSettings
 from pipelines.analysis import AnalysisSettings
 from pipelines.asr.settings import AsrSettings
-from pipelines.detect import FaultRule, KeywordSettings
+from pipelines.catalogue import FaultRule, class_refs
+from pipelines.keyword_settings import KeywordSettings
 
 __all__ = [
     "AgentConfig",
@@ -543,6 +544,13 @@ class AgentConfig(_Model):
                     f"fault codes must be unique: {fault.code!r} is repeated", ("faults", i, "code")
                 )
             seen.add(fault.code)
+            for loc, ref in class_refs(fault):
+                if ref[1:] not in self.keywords.classes:
+                    raise LocatedError(
+                        f"unknown word class {ref!r} (keywords.classes has "
+                        f"{sorted(self.keywords.classes)})",
+                        ("faults", i, *loc),
+                    )
         defaults = self.streams.defaults.disabled_faults
         lists: list[tuple[tuple[str | int, ...], list[str]]] = [
             (("streams", "defaults", "disabled_faults"), defaults)
