@@ -537,6 +537,23 @@ class AgentConfig(_Model):
                     "(raise engine.max_model_len or lower llm.max_output_tokens)",
                     ("llm", "max_output_tokens"),
                 )
+        seen = self._catalogue_codes()
+        defaults = self.streams.defaults.disabled_faults
+        lists: list[tuple[tuple[str | int, ...], list[str]]] = [
+            (("streams", "defaults", "disabled_faults"), defaults)
+        ]
+        lists += [
+            (("streams", "overrides", sid, "disabled_faults"), o.disabled_faults or [])
+            for sid, o in self.streams.overrides.items()
+        ]
+        for loc, codes in lists:
+            for j, code in enumerate(codes):
+                if code not in seen:
+                    raise LocatedError(f"unknown codes {[code]}", (*loc, j))
+        return self
+
+    def _catalogue_codes(self) -> set[str]:
+        """The catalogue's codes, checked unique; every @class a concept names exists."""
         seen: set[str] = set()
         for i, fault in enumerate(self.faults):
             if fault.code in seen:
@@ -551,16 +568,4 @@ class AgentConfig(_Model):
                         f"{sorted(self.keywords.classes)})",
                         ("faults", i, *loc),
                     )
-        defaults = self.streams.defaults.disabled_faults
-        lists: list[tuple[tuple[str | int, ...], list[str]]] = [
-            (("streams", "defaults", "disabled_faults"), defaults)
-        ]
-        lists += [
-            (("streams", "overrides", sid, "disabled_faults"), o.disabled_faults or [])
-            for sid, o in self.streams.overrides.items()
-        ]
-        for loc, codes in lists:
-            for j, code in enumerate(codes):
-                if code not in seen:
-                    raise LocatedError(f"unknown codes {[code]}", (*loc, j))
-        return self
+        return seen
