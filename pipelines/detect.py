@@ -58,6 +58,7 @@ class KeywordMatch:
     score: float
     kind: str = "phrase"  # phrase | concept
     terms: tuple[str, ...] = ()  # a concept's subject and symptom terms, as catalogued
+    heard: tuple[str, ...] = ()  # ... and the words they were heard as
     clause: str = ""  # the clause it was heard in
 
 
@@ -231,6 +232,7 @@ class KeywordDetector:
                     kind="concept",
                     keyword=f"{s.term} + {y.term}",
                     terms=(s.term, y.term),
+                    heard=tuple(join_units([u.text for u in seq[h.start : h.end]]) for h in (s, y)),
                     score=score,
                 )
                 out.append((m, start, end, own))
