@@ -56,8 +56,13 @@ _ALL_CLEAR_ZH = ("没有", "没", "无", "不", "未", "非", "别", "并非",
                  "正常", "消失", "消除", "排除", "解除", "恢复")  # fmt: skip
 
 
-def _strip_not_negations(chars: str) -> str:
-    for word in _ZH_NOT_NEGATIONS:
+# Question forms (是不是, is it or not): the keyword tier reads them as questions (its
+# condition cues), not as negations; the slow tier's all-clear test keeps them as it was.
+_ZH_QUESTION_FORMS = ["是不是", "会不会", "有没有", "是否"]
+
+
+def _strip_not_negations(chars: str, *, questions: bool = False) -> str:
+    for word in (*_ZH_NOT_NEGATIONS, *(_ZH_QUESTION_FORMS if questions else ())):
         chars = chars.replace(word, "")
     return chars
 
@@ -88,10 +93,9 @@ class _CueList:
     def in_chars(self, chars: str, own: str = "") -> str | None:
         return next((c for c in self.chars if c in chars and c not in own), None)
 
-    def find(self, us: Sequence[Unit], own: str = "") -> str | None:
-        return self.in_words([u.text for u in us if not u.cjk]) or self.in_chars(
-            _strip_not_negations("".join(u.text for u in us if u.cjk)), own
-        )
+    def find(self, us: Sequence[Unit], own: str = "", *, questions: bool = False) -> str | None:
+        chars = _strip_not_negations("".join(u.text for u in us if u.cjk), questions=questions)
+        return self.in_words([u.text for u in us if not u.cjk]) or self.in_chars(chars, own)
 
 
 class Cues:
@@ -118,7 +122,7 @@ class Cues:
         a cue that is part of the matched terms (不平衡) is no negation."""
         before = self._before(seq, start, self._s.negation_window)
         span = seq[start:end]
-        return self._negation.find([*before, *span], own)
+        return self._negation.find([*before, *span], own, questions=True)
 
     def cleared(self, seq: Sequence[Unit], end: int) -> str | None:
         """A cleared cue right after the match, after linking words (is now, 已经)."""
