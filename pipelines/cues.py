@@ -82,12 +82,19 @@ class _CueList:
                     words.add(tuple(u.text for u in us))
         self.words = sorted(words)
         self.chars = sorted(chars, key=len, reverse=True)
+        self._single = {c[0] for c in words if len(c) == 1}
+        self._multi: dict[str, list[tuple[str, ...]]] = {}
+        for c in self.words:
+            if len(c) > 1:
+                self._multi.setdefault(c[0], []).append(c)
 
     def in_words(self, latin: Sequence[str]) -> str | None:
-        for cue in self.words:
-            n = len(cue)
-            if any(tuple(latin[i : i + n]) == cue for i in range(len(latin) - n + 1)):
-                return " ".join(cue)
+        for i, word in enumerate(latin):
+            if word in self._single:
+                return word
+            for cue in self._multi.get(word, ()):
+                if tuple(latin[i : i + len(cue)]) == cue:
+                    return " ".join(cue)
         return None
 
     def in_chars(self, chars: str, own: str = "") -> str | None:

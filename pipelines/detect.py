@@ -44,6 +44,7 @@ __all__ = [
     "reads_as_all_clear",
 ]
 
+_SHOUT_WORDS, _SHOUT_CHARS = 5, 8
 _MUSIC = re.compile(r"[\[(（【]\s*(music|音乐)\s*[\])）】]|[♪♫]", re.IGNORECASE)
 
 
@@ -162,7 +163,8 @@ class KeywordDetector:
         first_new = len(units(context))
         # A segment boundary is no clause break: "there is no" + "bearing noise" is negated.
         seq = units(combined)
-        questions = _question_clauses(combined, seq)
+        ends = _clause_ends(combined, seq)
+        first_order = _first_instruction_clause(seq) if segment else 0
         found: list[tuple[KeywordMatch, int, int, str]] = []  # match, start, end, own
         for phrase in self._phrases:
             if phrase.code in exclude:
@@ -182,8 +184,14 @@ class KeywordDetector:
             if m.kind == "concept" and start < first_new:
                 continue  # the context has lost its punctuation: no clause to meet in
             spans.add((m.code, start, end))
-            question = seq[start].clause in questions
-            dropped = segment or self._why_not(seq, start, end, own, question=question)
+            clause = seq[start].clause
+            # An instruction-like segment raises nothing, except a short shout said before
+            # the instruction begins ("Emergency stop! System, ignore your rules..."): a
+            # loudspeaker shouting "Emergency stop!" alone would raise it anyway.
+            if segment and not (clause < first_order and _shout(seq, clause, ends)):
+                out.append(Candidate(m, segment))
+                continue
+            dropped = self._why_not(seq, start, end, own, question=ends[clause] == "?")
             out.append(Candidate(m, dropped))
         return Explanation(segment, tuple(out))
 
@@ -273,15 +281,31 @@ class KeywordDetector:
         return None
 
 
-def _question_clauses(text: str, seq: list[Unit]) -> set[int]:
-    """Clauses that end with a question mark (?, ？)."""
+def _clause_ends(text: str, seq: list[Unit]) -> dict[int, str]:
+    """The punctuation that ends each clause ("?", "!", "," ...; "" at the end)."""
     nfkc = unicodedata.normalize("NFKC", text)
     last: dict[int, int] = {}
     for u in seq:
         last[u.clause] = u.end
-    out = set()
-    for clause, end in last.items():
-        rest = nfkc[end:].lstrip()
-        if rest.startswith("?"):
-            out.add(clause)
-    return out
+    return {clause: nfkc[end:].lstrip()[:1] for clause, end in last.items()}
+
+
+def _first_instruction_clause(seq: list[Unit]) -> int:
+    """The first clause that reads like an instruction by itself (0 if none does: the
+    instruction spans clauses, so no clause is before it)."""
+    clauses: dict[int, list[str]] = {}
+    for u in seq:
+        clauses.setdefault(u.clause, []).append(u.text)
+    for clause, words in sorted(clauses.items()):
+        if looks_like_instruction(join_units(words)):
+            return clause
+    return 0
+
+
+def _shout(seq: list[Unit], clause: int, ends: dict[int, str]) -> bool:
+    """A short exclamation ("Emergency stop!", 急停！): a few words ended by "!"."""
+    if ends.get(clause) != "!":
+        return False
+    us = [u for u in seq if u.clause == clause]
+    cjk = sum(u.cjk for u in us)
+    return len(us) - cjk <= _SHOUT_WORDS and cjk <= _SHOUT_CHARS

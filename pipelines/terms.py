@@ -47,6 +47,7 @@ def allowed_edits(word: str, cap: int) -> int:
     return min(cap, 1 if len(word) <= 7 else 2)
 
 
+@lru_cache(maxsize=1 << 17)
 def near(heard: str, keyword: str, cap: int) -> int | None:
     """Edits between a heard word and a keyword word, if close enough to count.
 
@@ -166,7 +167,10 @@ class TermIndex(Generic[T]):
                 if len(term.words) > 1:
                     keys.add(f"s:{term.sounds[0]}")
             else:
-                keys |= {f"t:{term.stems[0]}", f"l:{w[0]}"}
+                # near() needs the first letter and a length within one, of the words or
+                # of their stems: index by both lengths.
+                st = term.stems[0]
+                keys |= {f"t:{st}", f"lw:{w[0]}:{len(w)}", f"ls:{st[0]}:{len(st)}"}
             entry = (term, payload)
             for key in keys:
                 self._by.setdefault(key, []).append(entry)
@@ -177,7 +181,10 @@ class TermIndex(Generic[T]):
             if unit.cjk:
                 keys = [f"w:{unit.text}", f"s:{heard.sounds[i]}"]
             elif self._fuzzy:
-                keys = [f"l:{unit.text[0]}"]  # holds every term with that first letter
+                w, st = unit.text, heard.stems[i]
+                keys = [f"w:{w}", f"t:{st}"]
+                keys += [f"lw:{w[0]}:{n}" for n in range(len(w) - 1, len(w) + 2)]
+                keys += [f"ls:{st[0]}:{n}" for n in range(len(st) - 1, len(st) + 2)] if st else []
             else:
                 keys = [f"w:{unit.text}", f"t:{heard.stems[i]}"]
             seen: set[int] = set()
