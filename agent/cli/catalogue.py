@@ -32,9 +32,10 @@ def _describe(c: Candidate) -> list[str]:
 
 def render(text: str, lang: str | None, result: Explanation) -> str:
     lines = [f'"{text}"' + (f" (lang {lang})" if lang else "")]
-    if result.segment:
-        lines.append(f"the whole segment raises nothing: {result.segment}")
     raised = result.raised
+    if result.segment:
+        what = "only the shout before its instruction" if raised else "nothing"
+        lines.append(f"the segment raises {what}: {result.segment}")
     chosen = {(m.code, m.matched, m.keyword) for m in raised}
     lines.append("raises:" if raised else "raises nothing")
     for c in result.candidates:
