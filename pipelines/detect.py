@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pipelines.catalogue import FaultRule, Severity
 from pipelines.cues import Cues, reads_as_all_clear
@@ -165,17 +165,29 @@ class KeywordDetector:
         seq = units(combined)
         ends = _clause_ends(combined, seq)
         first_order = _first_instruction_clause(seq) if segment else 0
+        words: dict[int, list[str]] = {}
+        for u in seq:
+            words.setdefault(u.clause, []).append(u.text)
+        clauses = {c: join_units(ws) for c, ws in words.items()}
         found: list[tuple[KeywordMatch, int, int, str]] = []  # match, start, end, own
         for phrase in self._phrases:
             if phrase.code in exclude:
                 continue
             for start, end, score in phrase_spans(phrase, seq, self._s):
                 m = self._match(
-                    phrase.code, seq, start, end, label_lang=lang or phrase.lang, lang=phrase.lang
+                    phrase.code,
+                    seq,
+                    start,
+                    end,
+                    clauses,
+                    label_lang=lang or phrase.lang,
+                    lang=phrase.lang,
+                    keyword=phrase.text,
+                    score=score,
                 )
                 own = "".join(phrase.words)  # a cue inside the keyword (不平衡) is no negation
-                found.append((replace(m, keyword=phrase.text, score=score), start, end, own))
-        found += self._concepts(seq, lang, exclude)
+                found.append((m, start, end, own))
+        found += self._concepts(seq, clauses, lang, exclude)
         out: list[Candidate] = []
         spans: set[tuple[str, int, int]] = set()
         for m, start, end, own in found:
@@ -198,7 +210,7 @@ class KeywordDetector:
     # -- concepts -------------------------------------------------------------------------
 
     def _concepts(
-        self, seq: list[Unit], lang: str | None, exclude: frozenset[str]
+        self, seq: list[Unit], clauses: dict[int, str], lang: str | None, exclude: frozenset[str]
     ) -> list[tuple[KeywordMatch, int, int, str]]:
         if not seq:
             return []
@@ -230,36 +242,53 @@ class KeywordDetector:
                     if ok:
                         pairs.append((gap, not (s.exact and y.exact), a.start, b.end, srole, s, y))
             for gap, inexact, start, end, srole, s, y in sorted(pairs, key=lambda p: p[:2]):
-                m = self._match(
-                    code, seq, start, end, label_lang=lang or srole.lang, lang=srole.lang
-                )
                 own = "".join(u.text for h in (s, y) for u in seq[h.start : h.end] if u.cjk)
-                score = 0.85 - 0.01 * gap - (0.05 if inexact else 0.0)
-                m = replace(
-                    m,
-                    kind="concept",
+                m = self._match(
+                    code,
+                    seq,
+                    start,
+                    end,
+                    clauses,
+                    label_lang=lang or srole.lang,
+                    lang=srole.lang,
                     keyword=f"{s.term} + {y.term}",
+                    score=0.85 - 0.01 * gap - (0.05 if inexact else 0.0),
+                    kind="concept",
                     terms=(s.term, y.term),
                     heard=tuple(join_units([u.text for u in seq[h.start : h.end]]) for h in (s, y)),
-                    score=score,
                 )
                 out.append((m, start, end, own))
         return out
 
     def _match(
-        self, code: str, seq: list[Unit], start: int, end: int, *, label_lang: str, lang: str
+        self,
+        code: str,
+        seq: list[Unit],
+        start: int,
+        end: int,
+        clauses: dict[int, str],
+        *,
+        label_lang: str,
+        lang: str,
+        keyword: str,
+        score: float,
+        kind: str = "phrase",
+        terms: tuple[str, ...] = (),
+        heard: tuple[str, ...] = (),
     ) -> KeywordMatch:
         rule = self._faults[code]
-        clause = seq[start].clause
         return KeywordMatch(
             code=rule.code,
             severity=rule.severity,
             label=rule.label(label_lang),
             lang=lang,
-            keyword="",
+            keyword=keyword,
             matched=join_units([u.text for u in seq[start:end]]),
-            score=0.0,
-            clause=join_units([u.text for u in seq if u.clause == clause]),
+            score=score,
+            kind=kind,
+            terms=terms,
+            heard=heard,
+            clause=clauses[seq[start].clause],
         )
 
     def _why_not(

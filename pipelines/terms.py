@@ -25,6 +25,7 @@ from pipelines.normalize import Unit, is_cjk, units
 __all__ = ["Heard", "Hit", "Term", "TermIndex", "allowed_edits", "expand", "near", "pinyin", "stem"]
 
 T = TypeVar("T")
+_CACHE = 1 << 16  # heard words whose candidate terms are remembered
 _local = threading.local()  # a Snowball stemmer keeps state: one per thread
 
 
@@ -160,6 +161,7 @@ class TermIndex(Generic[T]):
     def __init__(self, entries: Sequence[tuple[Term, T]], *, fuzzy: bool, sound: bool, cap: int):
         self._fuzzy, self._sound, self._cap = fuzzy, sound, cap
         self._by: dict[str, list[tuple[Term, T]]] = {}
+        self._cache: dict[str, tuple[tuple[Term, T], ...]] = {}
         for term, payload in entries:
             w = term.words[0]
             keys = {f"w:{w}"}
@@ -175,26 +177,36 @@ class TermIndex(Generic[T]):
             for key in keys:
                 self._by.setdefault(key, []).append(entry)
 
+    def _candidates(self, unit: Unit, st: str, sound: str) -> tuple[tuple[Term, T], ...]:
+        """The entries a heard unit could start, once per distinct word (then cached: a
+        stream's vocabulary repeats)."""
+        got = self._cache.get(unit.text)
+        if got is not None:
+            return got
+        w = unit.text
+        if unit.cjk:
+            keys = [f"w:{w}", f"s:{sound}"]
+        elif self._fuzzy:
+            keys = [f"w:{w}", f"t:{st}"]
+            keys += [f"lw:{w[0]}:{n}" for n in range(len(w) - 1, len(w) + 2)]
+            keys += [f"ls:{st[0]}:{n}" for n in range(len(st) - 1, len(st) + 2)] if st else []
+        else:
+            keys = [f"w:{w}", f"t:{st}"]
+        entries: dict[int, tuple[Term, T]] = {}
+        for key in keys:
+            for entry in self._by.get(key, ()):
+                entries.setdefault(id(entry), entry)
+        if len(self._cache) >= _CACHE:
+            self._cache.clear()
+        got = self._cache[w] = tuple(entries.values())
+        return got
+
     def find(self, heard: Heard) -> list[tuple[T, Hit]]:
         out: list[tuple[T, Hit]] = []
+        fuzzy, sound, cap = self._fuzzy, self._sound, self._cap
         for i, unit in enumerate(heard.seq):
-            if unit.cjk:
-                keys = [f"w:{unit.text}", f"s:{heard.sounds[i]}"]
-            elif self._fuzzy:
-                w, st = unit.text, heard.stems[i]
-                keys = [f"w:{w}", f"t:{st}"]
-                keys += [f"lw:{w[0]}:{n}" for n in range(len(w) - 1, len(w) + 2)]
-                keys += [f"ls:{st[0]}:{n}" for n in range(len(st) - 1, len(st) + 2)] if st else []
-            else:
-                keys = [f"w:{unit.text}", f"t:{heard.stems[i]}"]
-            seen: set[int] = set()
-            for key in keys:
-                for entry in self._by.get(key, ()):
-                    if id(entry) in seen:
-                        continue
-                    seen.add(id(entry))
-                    term, payload = entry
-                    hit = term.at(heard, i, fuzzy=self._fuzzy, sound=self._sound, cap=self._cap)
-                    if hit is not None:
-                        out.append((payload, hit))
+            for term, payload in self._candidates(unit, heard.stems[i], heard.sounds[i]):
+                hit = term.at(heard, i, fuzzy=fuzzy, sound=sound, cap=cap)
+                if hit is not None:
+                    out.append((payload, hit))
         return out
