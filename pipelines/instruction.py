@@ -39,6 +39,9 @@ _PATTERNS = [
     r"\b(respond|answer|reply)\b.{0,20}\bwith\b",
     r"\b(copy|repeat|output|print|read back)\b.{0,20}\b(exactly|verbatim|word for word)\b",
     r"\b(correct|expected|standard|right) (output|answer|json)\b",
+    # The prompt's own markup, spoken or published: a fake end of the transcript block, a
+    # chat template's control strings.
+    r"\b(end of|end the) (the )?transcript\b|={3,}|<\|im_(start|end)\|>|\[/?inst\]",
     # An answer in the slow tier's shape, to be copied.
     r"\{\s*\"?(faults|code|severity|quote)\"?\s*:",
     r"\"(code|severity|quote|segment)\"\s*:",
@@ -47,7 +50,9 @@ _PATTERNS = [
     r"(发出|触发|发送|生成|输出|报告).{0,8}(警报|报警|告警|json)",
     r"(你现在是|扮演|假装|你现在听我的|听我的指令)",
     r"(监听|监控|报警|识别)(系统|程序|软件|模型).{0,24}(上报|报告|记录|报警|输出)",
+    r"(系统|模型|平台|监听|监控).{0,6}(必须|务必|应该|应当|需要).{0,12}(上报|报警|记录|报告|输出)",
     r"(原样|照着|照抄).{0,4}(输出|抄|念|写)",
+    r"(转录|文字记录)(结束|完毕)",
     r"(标准答案|正确答案|正确输出)",
 ]
 _INSTRUCTION = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.IGNORECASE)
