@@ -43,9 +43,25 @@ _HEADERS = ["matcher", "lang", "keyword-named found", "recall", "paraphrased fou
             "injection alarms"]  # fmt: skip
 
 
+def _commit(tree: Path) -> str:
+    """The tree's commit, for the results (with "+ changes" if it is not clean)."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return str(tree)
+    return f"{head} + changes" if dirty else head
+
+
 async def run_tree(label: str, tree: Path, cases: Sequence[Case]) -> Run:
     """The service of `tree` (its code, its configs/agent.yaml) over the set's streams."""
-    run = Run(label, model_line=str(tree))
+    run = Run(label, model_line=_commit(tree))
     work = Path(tempfile.mkdtemp(prefix=f"edge-agent-kw-{label}-"))
     prefix = f"quality/{uuid.uuid4().hex[:8]}"
     t0 = time.monotonic()
@@ -156,7 +172,7 @@ def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, 
         "",
         md_table(_HEADERS, rows),
         "",
-        "Trees: " + "; ".join(f"{r.label} = {r.model_line}" for r in runs),
+        "Commits: " + "; ".join(f"{r.label} = {r.model_line}" for r in runs),
     ]
     return "\n".join(lines) + "\n", data
 
