@@ -39,9 +39,9 @@ _PATTERNS = [
     r"\b(respond|answer|reply)\b.{0,20}\bwith\b",
     r"\b(copy|repeat|output|print|read back)\b.{0,20}\b(exactly|verbatim|word for word)\b",
     r"\b(correct|expected|standard|right) (output|answer|json)\b",
-    # The prompt's own markup, spoken or published: a fake end of the transcript block, a
-    # chat template's control strings.
-    r"\b(end of|end the) (the )?transcript\b|={3,}|<\|im_(start|end)\|>|\[/?inst\]",
+    # A fake end of the transcript block, spoken or published. (A chat template's control
+    # strings are not matched here: the slow tier tokenizes them as plain text.)
+    r"\b(end of|end the) (the )?transcript\b|={3,}",
     # An answer in the slow tier's shape, to be copied.
     r"\{\s*\"?(faults|code|severity|quote)\"?\s*:",
     r"\"(code|severity|quote|segment)\"\s*:",
