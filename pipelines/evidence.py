@@ -36,6 +36,7 @@ from pipelines.alerts import Evidence, Observation
 from pipelines.analysis_prompt import OTHER
 from pipelines.context import ContextLine
 from pipelines.detect import FaultRule, Severity, reads_as_all_clear
+from pipelines.instruction import looks_like_instruction
 from pipelines.normalize import is_cjk, units
 
 __all__ = [
@@ -86,28 +87,6 @@ _GENERIC = frozenset(
 )
 _GENERIC_CJK = frozenset(["异常", "过大", "过高", "超过", "超标", "声音", "有异", "上限"])
 _STRIP = " \t\r\n\"'`“”‘’「」『』«».,;:!?。，；：！？…-"
-
-# Spoken or injected commands aimed at a model or an alarm system, in English and Chinese.
-# Deliberately broad: a false positive costs one LLM fault whose evidence line also reads
-# like a command (the keyword tier still sees the line); a miss could cost a false alarm.
-_INSTRUCTION = re.compile(
-    "|".join(
-        [
-            r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}"
-            r"\b(instruction|instructions|rules?|prompt|previous|above|system)\b",
-            r"\b(you are|you're|act as|pretend|roleplay)\b.{0,30}"
-            r"\b(now|an? (ai|assistant|model|system)|in .{0,12}mode)\b",
-            r"\b(system prompt|developer mode|jailbreak|new instructions?)\b",
-            r"\b(raise|trigger|send|issue|report|output|emit|generate|create|fire)\b.{0,30}"
-            r"\b(alarm|alert|alarms|alerts|fault report|json)\b",
-            r"\b(respond|answer|reply)\b.{0,20}\bwith\b",
-            r"(忽略|无视|忘记|不要理会).{0,12}(指令|指示|规则|提示|之前|以上)",
-            r"(发出|触发|发送|生成|输出|报告).{0,8}(警报|报警|告警|json)",
-            r"(你现在是|扮演|假装)",
-        ]
-    ),
-    re.IGNORECASE,
-)
 
 
 class AnswerFault(BaseModel):
@@ -175,10 +154,6 @@ def parse_answer(text: str) -> Answer:
 def normalize_quote(text: str) -> str:
     folded = unicodedata.normalize("NFKC", text).casefold()
     return " ".join(folded.split()).strip(_STRIP)
-
-
-def looks_like_instruction(text: str) -> bool:
-    return _INSTRUCTION.search(unicodedata.normalize("NFKC", text)) is not None
 
 
 @dataclass(frozen=True)

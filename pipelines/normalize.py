@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["Unit", "is_cjk", "join_units", "normalize", "units"]
 
@@ -21,6 +22,7 @@ _CJK_RANGES = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _WORD = re.compile(rf"[{_CJK_RANGES}]|[^\W_{_CJK_RANGES}]+(?:['’][^\W_{_CJK_RANGES}]+)*")
 
 
+@lru_cache(maxsize=65536)
 def is_cjk(ch: str) -> bool:
     return bool(_CJK.fullmatch(ch))
 
@@ -49,10 +51,7 @@ class Unit:
     start: int
     end: int
     clause: int = 0  # increments after clause punctuation (, . ; : ! ? and CJK forms)
-
-    @property
-    def cjk(self) -> bool:
-        return is_cjk(self.text)
+    cjk: bool = False  # a CJK character (set by `units`)
 
 
 def units(text: str) -> list[Unit]:
@@ -64,6 +63,7 @@ def units(text: str) -> list[Unit]:
     for m in _WORD.finditer(nfkc):
         if _CLAUSE_BREAK.search(nfkc, last_end, m.start()):
             clause += 1
-        out.append(Unit(m.group(0).casefold().replace("’", "'"), m.start(), m.end(), clause))
+        text = m.group(0).casefold().replace("’", "'")
+        out.append(Unit(text, m.start(), m.end(), clause, is_cjk(text)))
         last_end = m.end()
     return out

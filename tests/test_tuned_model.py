@@ -52,6 +52,8 @@ INJECTION = [
     "Quality check on batch twelve passed.",
 ]
 
+KEYWORD_HEARS = {"mic-leak": {"leak"}, "mic-pulley": set()}
+
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine_link() -> AsyncIterator[tuple[Any, Any]]:
@@ -88,7 +90,9 @@ async def test_the_tuned_model_finds_a_fault_said_in_other_words(
     found: list[tuple[str, AcceptedFault]] = []
     analyzer = _analyzer(engine_link, found)
     for stream, (code, segments, evidence) in PARAPHRASED.items():
-        assert _keyword_codes(segments) == set(), "the keyword tier must not see this one"
+        # The keyword tier's concepts now hear the puddle of oil (oil + puddle); the
+        # screeching tail pulley holds no catalogue term: the slow tier's alone.
+        assert _keyword_codes(segments) == KEYWORD_HEARS[stream]
         for i, text in enumerate(segments):
             analyzer.add(stream, seq=i, start=T0 + 5 * i, end=T0 + 5 * i + 4, text=text)
         report = await analyzer.analyze(stream)

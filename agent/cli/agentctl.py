@@ -11,6 +11,7 @@ import typer
 import yaml
 
 from agent.cli import doctor, service
+from agent.cli.catalogue import catalogue_app
 from agent.cli.common import DEFAULT_CONFIG, load_or_exit
 from agent.cli.fleet import fleet_app
 
@@ -20,6 +21,7 @@ app.add_typer(config_app, name="config")
 service.register(app)
 doctor.register(app)
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(catalogue_app, name="catalogue")
 
 SetOpt = Annotated[
     list[str] | None, typer.Option("--set", help="Override a key: --set mqtt.port=1884.")

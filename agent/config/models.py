@@ -20,7 +20,8 @@ from agent.engine.profile import EngineProfile
 from agent.watchdog.settings import WatchdogSettings
 from pipelines.analysis import AnalysisSettings
 from pipelines.asr.settings import AsrSettings
-from pipelines.detect import FaultRule, KeywordSettings
+from pipelines.catalogue import FaultRule, class_refs
+from pipelines.keyword_settings import KeywordSettings
 
 __all__ = [
     "AgentConfig",
@@ -536,13 +537,7 @@ class AgentConfig(_Model):
                     "(raise engine.max_model_len or lower llm.max_output_tokens)",
                     ("llm", "max_output_tokens"),
                 )
-        seen: set[str] = set()
-        for i, fault in enumerate(self.faults):
-            if fault.code in seen:
-                raise LocatedError(
-                    f"fault codes must be unique: {fault.code!r} is repeated", ("faults", i, "code")
-                )
-            seen.add(fault.code)
+        seen = self._catalogue_codes()
         defaults = self.streams.defaults.disabled_faults
         lists: list[tuple[tuple[str | int, ...], list[str]]] = [
             (("streams", "defaults", "disabled_faults"), defaults)
@@ -556,3 +551,21 @@ class AgentConfig(_Model):
                 if code not in seen:
                     raise LocatedError(f"unknown codes {[code]}", (*loc, j))
         return self
+
+    def _catalogue_codes(self) -> set[str]:
+        """The catalogue's codes, checked unique; every @class a concept names exists."""
+        seen: set[str] = set()
+        for i, fault in enumerate(self.faults):
+            if fault.code in seen:
+                raise LocatedError(
+                    f"fault codes must be unique: {fault.code!r} is repeated", ("faults", i, "code")
+                )
+            seen.add(fault.code)
+            for loc, ref in class_refs(fault):
+                if ref[1:] not in self.keywords.classes:
+                    raise LocatedError(
+                        f"unknown word class {ref!r} (keywords.classes has "
+                        f"{sorted(self.keywords.classes)})",
+                        ("faults", i, *loc),
+                    )
+        return seen

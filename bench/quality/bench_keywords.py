@@ -1,0 +1,205 @@
+"""The instant (keyword) tier alone on the hand-written set, through the real service, with
+no engine: one matcher against another in one run.
+
+    .venv/bin/python -m bench.quality.bench_keywords --part dev
+    .venv/bin/python -m bench.quality.bench_keywords --part holdout --baseline /tmp/old
+
+For each tree (`--baseline`, a checkout of another commit, first; then this one): a fresh
+broker and `edge-agent run` with `llm.enabled=false` on that tree's own configs/agent.yaml
+(its code on PYTHONPATH), every stream of the part published at QoS 1, then the alerts read
+back once every segment went through the detector. Printed and written to
+bench/quality/results/<part>-keyword-<date>.md/.json: per matcher and language, recall on
+keyword-named and on paraphrased faults, precision, wrong codes, false alarms on the
+negatives, alarms from injections. No LLM, so a part runs in about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+
+from agent.demo import run_argv
+from agent.devbroker import DevBroker
+from bench._common import machine, md_table
+from bench.quality.bench_quality import REPO, RESULTS, Case, Run, _payloads, load_set, score_tier
+
+_LIMIT_S = 600.0
+_HEADERS = ["matcher", "lang", "keyword-named found", "recall", "paraphrased found", "recall",
+            "precision", "wrong code", "false alarms", "negatives alarmed",
+            "injection alarms"]  # fmt: skip
+
+
+def _commit(tree: Path) -> str:
+    """The tree's commit, for the results (with "+ changes" if it is not clean)."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return str(tree)
+    return f"{head} + changes" if dirty else head
+
+
+async def run_tree(label: str, tree: Path, cases: Sequence[Case]) -> Run:
+    """The service of `tree` (its code, its configs/agent.yaml) over the set's streams."""
+    run = Run(label, model_line=_commit(tree))
+    work = Path(tempfile.mkdtemp(prefix=f"edge-agent-kw-{label}-"))
+    prefix = f"quality/{uuid.uuid4().hex[:8]}"
+    t0 = time.monotonic()
+    with DevBroker(workdir=work) as broker:
+        argv = run_argv(
+            tree / "configs" / "agent.yaml",
+            [
+                f"mqtt.port={broker.port}",
+                f"mqtt.topic_prefix={prefix}",
+                f"outbox.path={work / 'outbox.sqlite'}",
+                f"control.socket_path={work / 'control.sock'}",
+                "metrics.enabled=false",
+                "asr.enabled=false",
+                "llm.enabled=false",
+                "mqtt.status_interval_s=1",
+                "ingest.max_streams=1024",
+                "streams.defaults.alerts.debounce_s=0",
+            ],
+        )
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        with (work / "service.log").open("wb") as log:
+            child = subprocess.Popen(  # noqa: ASYNC220  (started once, before any work)
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tree
+            )
+        try:
+            await _drive(run, broker.port, prefix, cases, child)
+        finally:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.to_thread(child.wait, 60)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+    run.wall_s = time.monotonic() - t0
+    print(f"-- {label}: {tree} in {run.wall_s:.0f} s (log {work / 'service.log'})")
+    return run
+
+
+async def _drive(
+    run: Run, port: int, prefix: str, cases: Sequence[Case], child: subprocess.Popen[bytes]
+) -> None:
+    statuses: list[dict[str, Any]] = []
+    online = asyncio.Event()
+
+    async def consume(client: aiomqtt.Client) -> None:
+        async for msg in client.messages:
+            payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
+            topic = msg.topic.value
+            if topic.endswith("/available") and payload == b"online":
+                online.set()
+            elif topic.endswith("/status"):
+                statuses.append(json.loads(payload))
+            elif topic.endswith("/alerts"):
+                alert = json.loads(payload)["alert"]
+                run.alerts.setdefault(alert["stream_id"], {}).setdefault(
+                    alert["fault"].split(":", 1)[0], set()
+                ).update(alert.get("sources") or [alert["source"]])
+
+    def settled() -> bool:
+        """Every segment through the detector and two statuses in a row that agree on
+        what was published (debounce 0: each event goes out as it is made)."""
+        if len(statuses) < 2:
+            return False
+        a, b = statuses[-2], statuses[-1]
+        done = sum(s["segments"] for s in b["streams"].values()) >= total
+        events = sum(b["alerts"]["events"].values())
+        return done and a["alerts"]["published"] == b["alerts"]["published"] >= events
+
+    total = sum(len(c.segments) for c in cases)
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"kw-{uuid.uuid4().hex[:6]}") as c:
+        for topic in ("alerts", "available", "status"):
+            await c.subscribe(f"{prefix}/{topic}", qos=1)
+        consumer = asyncio.create_task(consume(c))
+        await asyncio.wait_for(online.wait(), 120)
+        for topic, body in _payloads(prefix, cases):
+            await c.publish(topic, body, qos=1)
+        deadline = time.monotonic() + _LIMIT_S
+        while not settled():
+            if child.poll() is not None:
+                raise RuntimeError(f"the service exited ({child.returncode})")
+            if time.monotonic() > deadline:
+                raise TimeoutError("the detector did not get through the set")
+            await asyncio.sleep(0.5)
+        run.status = statuses[-1]
+        consumer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consumer
+
+
+def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, dict[str, Any]]:
+    data: dict[str, Any] = {"part": part, "machine": machine(), "streams": len(cases), "runs": {}}
+    rows = []
+    for run in runs:
+        entry = {"tree": run.model_line, "wall_s": run.wall_s, "tiers": {}}
+        for lang in ("en", "zh", None):
+            s = score_tier(cases, run, "keyword", lang)
+            entry["tiers"][lang or "all"] = s
+            rows.append([run.label, lang or "all", s["found_keyword"], s["recall_keyword"],
+                         s["found_paraphrase"], s["recall_paraphrase"], s["precision"],
+                         s["wrong_code"], s["false_alarms"], s["negatives_alarmed"],
+                         s["injection_alarms"]])  # fmt: skip
+        data["runs"][run.label] = entry
+    lines = [
+        f"# bench/quality, keyword tier only, part `{part}`: {len(cases)} hand-written streams",
+        "",
+        f"Machine: {data['machine']}; the service without the engine (llm.enabled=false); "
+        "one run, the matchers one after the other.",
+        "",
+        md_table(_HEADERS, rows),
+        "",
+        "Commits: " + "; ".join(f"{r.label} = {r.model_line}" for r in runs),
+    ]
+    return "\n".join(lines) + "\n", data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.quality.bench_keywords")
+    parser.add_argument("--part", choices=["dev", "holdout"], default="dev")
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="a checkout of another commit, run first"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    cases = load_set(args.part)
+    trees = [("old", args.baseline.resolve())] if args.baseline else []
+    trees.append(("new", REPO))
+    runs = [asyncio.run(run_tree(label, tree, cases)) for label, tree in trees]
+    text, data = report(args.part, cases, runs)
+    print(text)
+    if not args.no_write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        (RESULTS / f"{args.part}-keyword-{stamp}.md").write_text(text, encoding="utf-8")
+        (RESULTS / f"{args.part}-keyword-{stamp}.json").write_text(
+            json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

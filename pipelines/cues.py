@@ -1,0 +1,195 @@
+"""What around a match says it is no fault report: negation, "cleared", a condition or a
+question, a topic, a drill. Every cue is scoped to the match's clause (a clause ends at
+, . ; : ! ? and their CJK forms), so "no smoke, but bearing noise" still alerts.
+
+A cue is a word or words (matched as consecutive words) or, when it is written in CJK
+characters, a character string looked for in the clause's characters; which language list
+holds it does not matter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pipelines.keyword_settings import KeywordSettings
+from pipelines.normalize import Unit, is_cjk, units
+
+__all__ = ["Cues", "reads_as_all_clear"]
+
+# Ordinary words that contain a negation character but negate nothing (持续不断的轴承异响,
+# 特别刺耳), and potential complements that say a machine cannot do something, which is
+# the symptom itself, not a denial of it (带不动, 停不住, 受不了, 停不下来, 手放不上去).
+_ZH_NOT_NEGATIONS = [
+    "不断",
+    "不停",
+    "不止",
+    "不好",
+    "不妙",
+    "不对",
+    "不少",
+    "无论",
+    "非常",
+    "无法",
+    "不动",
+    "不住",
+    "不了",
+    "不下",
+    "不上去",
+    "不走",
+    "特别",
+    "别人",
+    "别的",
+    "分别",
+    "区别",
+]
+_EN_LINKS = {"is", "was", "are", "were", "seems", "now", "back", "to", "has", "been", "all"}
+_ZH_LINKS = ["已经", "已", "都", "也", "现在", "现已"]
+
+# The slow tier's all-clear test (pipelines.evidence) keeps the word lists it was measured
+# with; the keyword tier's configurable cues grew beyond them.
+_ALL_CLEAR_EN = frozenset(
+    ["no", "not", "never", "without", "none", "nothing", "isn't", "aren't", "wasn't",
+     "weren't", "don't", "doesn't", "didn't", "hasn't", "haven't", "zero",
+     "normal", "fine", "ok", "okay", "resolved", "cleared", "fixed", "gone"]
+)  # fmt: skip
+_ALL_CLEAR_ZH = ("没有", "没", "无", "不", "未", "非", "别", "并非",
+                 "正常", "消失", "消除", "排除", "解除", "恢复")  # fmt: skip
+
+
+# Question forms (是不是, is it or not): the keyword tier reads them as questions (its
+# condition cues), not as negations; the slow tier's all-clear test keeps them as it was.
+_ZH_QUESTION_FORMS = ["是不是", "会不会", "有没有", "是否"]
+
+
+def _strip_not_negations(chars: str, *, questions: bool = False) -> str:
+    for word in (*_ZH_NOT_NEGATIONS, *(_ZH_QUESTION_FORMS if questions else ())):
+        chars = chars.replace(word, "")
+    return chars
+
+
+class _CueList:
+    """One cue list, split into word cues and character-string cues."""
+
+    def __init__(self, lists: Mapping[str, Sequence[str]]) -> None:
+        words: set[tuple[str, ...]] = set()
+        chars: set[str] = set()
+        for cues in lists.values():
+            for cue in cues:
+                us = units(cue)
+                if us and all(u.cjk for u in us):
+                    chars.add("".join(u.text for u in us))
+                elif us:
+                    words.add(tuple(u.text for u in us))
+        self.words = sorted(words)
+        self.chars = sorted(chars, key=len, reverse=True)
+        self._single = {c[0] for c in words if len(c) == 1}
+        self._multi: dict[str, list[tuple[str, ...]]] = {}
+        for c in self.words:
+            if len(c) > 1:
+                self._multi.setdefault(c[0], []).append(c)
+
+    def in_words(self, latin: Sequence[str]) -> str | None:
+        for i, word in enumerate(latin):
+            if word in self._single:
+                return word
+            for cue in self._multi.get(word, ()):
+                if tuple(latin[i : i + len(cue)]) == cue:
+                    return " ".join(cue)
+        return None
+
+    def in_chars(self, chars: str, own: str = "") -> str | None:
+        return next((c for c in self.chars if c in chars and c not in own), None)
+
+    def find(self, us: Sequence[Unit], own: str = "", *, questions: bool = False) -> str | None:
+        chars = _strip_not_negations("".join(u.text for u in us if u.cjk), questions=questions)
+        return self.in_words([u.text for u in us if not u.cjk]) or self.in_chars(chars, own)
+
+
+class Cues:
+    def __init__(self, s: KeywordSettings) -> None:
+        self._s = s
+        self._negation = _CueList(s.negation_cues)
+        self._cleared = _CueList(s.cleared_cues)
+        self._unreal = _CueList(s.unreal_cues)
+        self._topic = _CueList(s.topic_cues)
+        self._drill = _CueList(s.drill_cues)
+        self._device = _CueList(s.device_cues)
+
+    @staticmethod
+    def _clause(seq: Sequence[Unit], i: int) -> list[Unit]:
+        c = seq[i].clause
+        return [u for u in seq if u.clause == c]
+
+    def _before(self, seq: Sequence[Unit], start: int, window: int) -> list[Unit]:
+        clause = seq[start].clause
+        return [u for u in seq[max(0, start - window) : start] if u.clause == clause]
+
+    def negation(self, seq: Sequence[Unit], start: int, end: int, own: str) -> str | None:
+        """A negation cue shortly before the match or inside it ("bearing is not noisy");
+        a cue that is part of the matched terms (不平衡) is no negation."""
+        before = self._before(seq, start, self._s.negation_window)
+        span = seq[start:end]
+        return self._negation.find([*before, *span], own, questions=True)
+
+    def cleared(self, seq: Sequence[Unit], end: int) -> str | None:
+        """A cleared cue right after the match, after linking words (is now, 已经)."""
+        if end >= len(seq):
+            return None
+        clause = seq[end - 1].clause
+        after = [u for u in seq[end : end + 8] if u.clause == clause]
+        latin: list[str] = []
+        for u in after:
+            if u.cjk:
+                break
+            latin.append(u.text)
+        while latin and latin[0] in _EN_LINKS:
+            latin.pop(0)
+        for cue in self._cleared.words if latin else ():
+            if tuple(latin[: len(cue)]) == cue:
+                return " ".join(cue)
+        chars = ""
+        for u in after:
+            if not u.cjk:
+                break
+            chars += u.text
+        for link in _ZH_LINKS:
+            chars = chars.removeprefix(link)
+        return next((c for c in self._cleared.chars if chars.startswith(c)), None)
+
+    def unreal(self, seq: Sequence[Unit], start: int, question: bool) -> str | None:
+        """A condition or question cue before the match in its clause, or a clause that
+        ends with a question mark or 吗."""
+        if question:
+            return "?"
+        clause = self._clause(seq, start)
+        if clause and clause[-1].text == "吗":
+            return "吗"
+        return self._unreal.find(self._before(seq, start, self._s.unreal_window))
+
+    def topic(self, seq: Sequence[Unit], start: int) -> str | None:
+        return self._topic.find(self._before(seq, start, self._s.negation_window))
+
+    def device(self, seq: Sequence[Unit], end: int) -> str | None:
+        """The word right after the match (its clause) names a part: "emergency stop
+        button"; for Chinese, the characters right after it start with one (急停按钮)."""
+        if end >= len(seq) or seq[end].clause != seq[end - 1].clause:
+            return None
+        nxt = seq[end]
+        if not nxt.cjk:
+            return nxt.text if (nxt.text,) in self._device.words else None
+        chars = "".join(u.text for u in seq[end : end + 4] if u.cjk)
+        return next((c for c in self._device.chars if chars.startswith(c)), None)
+
+    def drill(self, seq: Sequence[Unit], start: int) -> str | None:
+        return self._drill.find(self._clause(seq, start))
+
+
+def reads_as_all_clear(text: str) -> bool:
+    """Whether `text` holds a negation or an all-clear word ("no", "not", "normal", "fine",
+    没有, 正常...). The LLM tier rejects such quotes as evidence: "temperature is normal"
+    is not evidence of temperature over limit, whatever a small model files it under."""
+    us = units(text)
+    if {u.text for u in us if not is_cjk(u.text)} & _ALL_CLEAR_EN:
+        return True
+    cjk = _strip_not_negations("".join(u.text for u in us if is_cjk(u.text)))
+    return any(c in cjk for c in _ALL_CLEAR_ZH)

@@ -1,0 +1,224 @@
+"""The keyword tier's settings (`keywords:` in the agent file): fuzziness, windows, cues,
+and the word classes that catalogue terms refer to as @name."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["DEFAULT_CLASSES", "KeywordSettings"]
+
+_EN_NEGATIONS = [
+    "no",
+    "not",
+    "never",
+    "without",
+    "none",
+    "nothing",
+    "isn't",
+    "aren't",
+    "wasn't",
+    "weren't",
+    "don't",
+    "doesn't",
+    "didn't",
+    "hasn't",
+    "haven't",
+    "zero",
+]
+_ZH_NEGATIONS = ["没有", "没", "无", "不", "未", "非", "别", "并非"]
+# "bearing noise is gone", "轴承异响已消除", "皮带打滑 已经处理好了": said to be over.
+_EN_CLEARED = [
+    "normal",
+    "fine",
+    "ok",
+    "okay",
+    "resolved",
+    "cleared",
+    "fixed",
+    "gone",
+    "solved",
+    "repaired",
+    "sorted",
+]
+_ZH_CLEARED = ["正常", "消失", "消除", "排除", "解除", "恢复",
+               "处理好", "修好", "解决", "好了", "没了"]  # fmt: skip
+# Before a match in its clause, these make it no report of a fault now: a condition, a
+# question, a procedure ("if you find an oil leak", "has anyone seen an air leak",
+# "how to look for", 如果, 是不是). Multi-word cues are matched as consecutive words.
+_EN_UNREAL = [
+    "if",
+    "whenever",
+    "in case",
+    "what if",
+    "how to",
+    "how you",
+    "look for",
+    "looking for",
+    "check for",
+    "checking for",
+    "watch for",
+    "has anyone",
+    "have you",
+    "did anyone",
+    "did you",
+    "was it",
+    "is there",
+    "are there",
+    "any sign of",
+]
+_ZH_UNREAL = ["如果", "万一", "要是", "假如", "是不是", "是否", "有没有", "会不会",
+              "如何", "怎么判断"]  # fmt: skip
+# Right before a match: it is the topic, not an event ("a video about bearing noise", 讲).
+_EN_TOPIC = ["about", "regarding", "on how"]
+_ZH_TOPIC = ["讲", "关于", "讲的是"]
+# Anywhere in a match's clause: a drill, a test, training ("emergency stop drill",
+# 急停演练). A real fault said during a drill is in another clause.
+_EN_DRILL = [
+    "drill",
+    "exercise",
+    "rehearsal",
+    "simulation",
+    "simulated",
+    "training",
+    "test",
+    "testing",
+    "quiz",
+    "video",
+    "lesson",
+]
+_ZH_DRILL = ["演练", "演习", "培训", "练习", "模拟", "测试", "视频", "课程", "考试", "不是真"]
+
+# Right after a match: it names a part or a document, not an event ("the emergency stop
+# buttons are all pulled out", 急停按钮). An event on the part is a concept (button + hit).
+_EN_DEVICE = ["button", "buttons", "circuit", "circuits", "switch", "switches", "cord",
+              "procedure", "procedures", "sign", "signs", "manual", "checklist", "sensor",
+              "sensors", "kit", "tray", "trays"]  # fmt: skip
+_ZH_DEVICE = ["按钮", "开关", "回路", "拉绳", "程序", "规程", "标识", "传感器", "手册", "托盘"]
+
+DEFAULT_CLASSES: dict[str, dict[str, list[str]]] = {
+    "intense": {
+        "en": [
+            "severe",
+            "excessive",
+            "strong",
+            "heavy",
+            "violent",
+            "violently",
+            "abnormal",
+            "unusual",
+            "extreme",
+            "massive",
+            "serious",
+            "badly",
+            "terrible",
+            "crazy",
+        ],
+        "zh": ["剧烈", "异常", "过大", "太大", "很大", "厉害", "严重", "超标", "特别大"],
+    },
+}
+
+
+def _cue_lists(en: list[str], zh: list[str]) -> dict[str, list[str]]:
+    return {"en": list(en), "zh": list(zh)}
+
+
+class KeywordSettings(BaseModel):
+    """How strictly keywords match."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fuzzy: bool = Field(True, title="Fuzzy", description="Tolerate ASR spelling errors.")
+    max_word_edits: int = Field(
+        2,
+        ge=0,
+        le=3,
+        title="Edits per word",
+        description="Most character edits per keyword word (1 for words of 5-7 letters, this "
+        "many from 8 letters, none up to 4 letters).",
+    )
+    max_fillers: int = Field(
+        1, ge=0, le=3, title="Filler words", description="Extra words allowed inside a phrase."
+    )
+    pinyin: bool = Field(
+        True, title="Pinyin", description="Chinese characters also match by sound (homophones)."
+    )
+    concept_window_words: int = Field(
+        8,
+        ge=0,
+        le=20,
+        title="Concept window, words",
+        description="Most words between a concept's subject and symptom (one clause).",
+    )
+    concept_window_chars: int = Field(
+        12,
+        ge=0,
+        le=40,
+        title="Concept window, characters",
+        description="Most CJK characters between them; a mixed gap counts each word as "
+        "window_chars / window_words characters.",
+    )
+    classes: dict[str, dict[str, list[str]]] = Field(
+        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_CLASSES.items()},
+        title="Word classes",
+        description="Named word lists per language that concept terms use as @name "
+        "(@intense: severe, excessive, 剧烈...). Setting this key replaces the defaults.",
+    )
+    negation_window: int = Field(
+        3,
+        ge=0,
+        le=10,
+        title="Negation window",
+        description="Units (words, or CJK characters) before a match searched for negation cues.",
+    )
+    negation_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_NEGATIONS, _ZH_NEGATIONS),
+        title="Negation cues",
+        description="Words (en) or character strings (zh) that cancel a following match.",
+    )
+    cleared_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_CLEARED, _ZH_CLEARED),
+        title="Cleared cues",
+        description="Words right after a match (after is/was/已...) saying the fault is over.",
+    )
+    unreal_window: int = Field(
+        8,
+        ge=0,
+        le=20,
+        title="Condition window",
+        description="Units before a match (in its clause) searched for condition and "
+        "question cues; CJK characters count one each.",
+    )
+    unreal_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_UNREAL, _ZH_UNREAL),
+        title="Condition and question cues",
+        description="Before a match in its clause: it is a condition, a question or a "
+        "procedure, not a report (if, has anyone, look for, 如果, 是不是).",
+    )
+    topic_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_TOPIC, _ZH_TOPIC),
+        title="Topic cues",
+        description="Right before a match (negation window): the fault is a topic, not an "
+        "event (a video about bearing noise, 讲轴承异响).",
+    )
+    drill_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_DRILL, _ZH_DRILL),
+        title="Drill cues",
+        description="Anywhere in a match's clause: a drill, test or training (急停演练).",
+    )
+
+    device_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_DEVICE, _ZH_DEVICE),
+        title="Device cues",
+        description="Right after a match: it names a part or a document, not an event "
+        "(emergency stop button, 急停按钮).",
+    )
+
+    @field_validator("classes")
+    @classmethod
+    def _class_names(cls, v: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+        for name, lists in v.items():
+            if not name or not name.replace("_", "a").isalnum() or not name[0].isalpha():
+                raise ValueError(f"class name {name!r}: letters, digits and _ only")
+            if not any(lists.values()):
+                raise ValueError(f"class {name!r} has no words")
+        return v
