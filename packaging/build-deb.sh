@@ -164,12 +164,22 @@ done
 install -m 0644 systemd/edge-agent.service "$ROOT/lib/systemd/system/"
 install -m 0644 configs/agent.yaml "$ROOT/etc/edge-agent/agent.yaml"
 install -m 0644 configs/profiles/*.yaml "$ROOT/etc/edge-agent/profiles/"
-# Our adapters (models/): merged into their base at the engine's first start
-# (agent/engine/adapters.py looks in /usr/share/edge-agent/models).
-for adapter in models/*/; do
-  install -d "$ROOT/usr/share/edge-agent/$adapter"
-  install -m 0644 "$adapter"adapter_config.json "$adapter"adapter_model.safetensors \
-    "$adapter"adapter_meta.json "$adapter"MODEL_CARD.md "$ROOT/usr/share/edge-agent/$adapter"
+# Our models (models/), in /usr/share/edge-agent/models (agent/engine/adapters.py looks
+# there): adapters, merged into their base at the engine's first start, and the trained
+# drafts beside them (agent/engine/draft.py: `<adapter>-eagle3`, config.json and shards).
+# Weights, config and model card only: the loss curves stay in the source tree.
+for folder in models/*/; do
+  install -d "$ROOT/usr/share/edge-agent/$folder"
+  if [ -f "$folder"adapter_config.json ]; then
+    install -m 0644 "$folder"adapter_config.json "$folder"adapter_model.safetensors \
+      "$folder"adapter_meta.json "$folder"MODEL_CARD.md "$ROOT/usr/share/edge-agent/$folder"
+  else
+    install -m 0644 "$folder"config.json "$folder"*.safetensors "$folder"MODEL_CARD.md \
+      "$ROOT/usr/share/edge-agent/$folder"
+    if [ -f "$folder"model.safetensors.index.json ]; then
+      install -m 0644 "$folder"model.safetensors.index.json "$ROOT/usr/share/edge-agent/$folder"
+    fi
+  fi
 done
 install -d "$ROOT/etc/edge-agent/trusted_keys"  # fleet.trusted_keys_dir (docs/fleet.md)
 install -m 0644 packaging/debian/copyright "$ROOT/usr/share/doc/$PKG/copyright"

@@ -8,6 +8,7 @@ the tests accept is what the trainer produces on the device.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -141,9 +142,20 @@ def test_selection_rule_mtp_then_draft_then_ngram(
     assert choose_speculation(gpu, mtp, draft=draft).method == "mtp"
 
 
-@pytest.mark.skipif(not SHIPPED.is_dir(), reason="the draft comes from the device run")
 def test_shipped_draft_fits_the_shipped_tuned_model(model_dir: ModelDirFactory) -> None:
+    """The head from the device run, as shipped: found for the tuned adapter by name, its
+    shapes those of the served SmolLM2, its shards the ones the model card's digests name."""
     target = model_dir(SMOLLM2)
     info = validate_draft(SHIPPED, target)
-    assert info.name == SHIPPED.name
+    assert (info.name, info.draft_vocab, info.aux_layers) == (SHIPPED.name, 8192, (2, 15, 27))
     assert find_draft("auto", SHIPPED.parent / "smollm2-135m-edge") == SHIPPED
+    found, note = resolve_draft("auto", "smollm2-135m-edge", target)
+    assert note is None and found is not None and found.path == SHIPPED
+    card = (SHIPPED / "MODEL_CARD.md").read_text(encoding="utf-8")
+    for shard in sorted(SHIPPED.glob("*.safetensors")):
+        digest = hashlib.sha256(shard.read_bytes()).hexdigest()
+        assert f"`{shard.name}` `{digest}`" in card, shard.name
+    # a GPU profile on auto serving the tuned adapter speculates with it
+    plan = choose_speculation(load_engine_profile("orin-nx-16gb"), target, draft=found)
+    assert plan.method == "draft" and plan.vllm_config is not None
+    assert plan.vllm_config["model"] == str(SHIPPED)
