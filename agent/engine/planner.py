@@ -15,38 +15,37 @@ startup. The arithmetic, for one sequence at max_model_len:
 
 Activations and graphs are allowances, not measurements (documented in docs/engine.md);
 weights and KV are exact for dense models (vLLM sizes its pool with the same formula).
+A Gated-DeltaNet hybrid on a GPU is planned in vLLM's own pool layout (hybrid_layout.py:
+unified pages, the MTP layer's KV, 2 + k state blocks per layer group with prefix caching),
+which the H200 run of issue 20 measured.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.engine.model_config import (
-    SAFETENSORS_DTYPE_BYTES,
-    ModelFolderError,
-    read_config,
-    safetensors_files,
-    tensor_infos,
-    text_config,
+from agent.engine.hybrid_layout import (
+    HybridLayout,
+    gdn_activation_bytes,
+    hybrid_layout,
+    token_budget_needed,
 )
+from agent.engine.model_config import ModelFolderError, read_config, text_config
 from agent.engine.model_shape import ModelShape, model_shape
+from agent.engine.plan_weights import int4_option, plan_weights
 from agent.engine.profile import EngineProfile
+from agent.engine.speculative import detect_mtp
 
 __all__ = ["MemoryPlan", "PlanError", "plan_memory"]
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _DTYPE_LABEL = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-_FLOAT_TENSORS = {"F32", "F16", "BF16"}  # cast to the engine dtype on load; others kept
 _UNSCALED_ROPE = {"default", "llama3", "longrope", "su", "mrope", "linear_dynamic"}
 _DEFAULT_UTIL = 0.92  # vLLM's default gpu_memory_utilization
-# AWQ / GPTQ 4-bit with groups of 128: half a byte a weight plus an fp16 scale and a 4-bit
-# zero point per group. Embeddings and the LM head stay in the model dtype.
-_INT4_BYTES_PER_WEIGHT = 0.5 + 2.5 / 128
-_PREQUANTIZED = ("awq", "gptq", "marlin", "compressed", "bitsandbytes", "gguf")
+_GRAPH_BASE = 80 << 20  # measured 0.08 GiB for 4 sizes, FULL_DECODE_ONLY (issue 20)
 
 
 class PlanError(Exception):
@@ -81,6 +80,8 @@ class MemoryPlan:
     fits: bool
     verdict: str
     int4_weight_bytes: int | None = None  # the same model as AWQ/GPTQ int4 (cuda profiles)
+    attention_layers: int | None = None  # layers with KV, the MTP layers included
+    layout: HybridLayout | None = None  # vLLM's pool of a GDN hybrid
 
     def render(self, profile_name: str | None = None) -> str:
         s = self.shape
@@ -90,7 +91,9 @@ class MemoryPlan:
             if s.mla_latent_dim is not None
             else f"2 x {s.num_kv_heads} KV heads x {s.head_dim}"
         )
-        kv_bytes = self.kv_bytes_per_token // max(1, s.full_attention_layers * kv_elems)
+        n_attn = self.attention_layers or s.full_attention_layers
+        kv_bytes = self.kv_bytes_per_token // max(1, n_attn * kv_elems)
+        mtp = n_attn - s.full_attention_layers
         lines = [("profile", profile_name)] if profile_name else []
         lines += [
             ("model", f"{self.model_dir} ({s.architecture}, {s.describe_layers()})"),
@@ -98,13 +101,24 @@ class MemoryPlan:
             (
                 "KV / token",
                 f"{_kb(self.kv_bytes_per_token)} {self.kv_dtype_label} "
-                f"({s.full_attention_layers} full-attention layers x {how} x {kv_bytes} B)",
+                f"({n_attn} full-attention layers{f' ({mtp} MTP)' if mtp else ''} x {how} "
+                f"x {kv_bytes} B)",
             ),
         ]
+        if self.layout is not None:
+            lo = self.layout
+            lines.append((
+                "KV layout",
+                f"blocks of {lo.block_size:,} tokens, {lo.group_size} pages of "
+                f"{lo.page_bytes / 1e6:.2f} MB ({lo.block_bytes / 1e6:.1f} MB a block); "
+                "a sequence: "
+                f"{lo.attention_groups} x ceil(tokens / {lo.block_size:,}) attention + "
+                f"{lo.state_blocks} state blocks ({lo.state_groups} GDN groups x "
+                f"{lo.state_blocks_per_group}); pool {lo.blocks(self.kv_budget_bytes)} blocks",
+            ))  # fmt: skip
         if self.fixed_bytes_per_seq:
-            lines.append(
-                ("fixed / seq", f"{_gb(self.fixed_bytes_per_seq)} (linear state, windows)")
-            )
+            what = "state blocks" if self.layout is not None else "linear state, windows"
+            lines.append(("fixed / seq", f"{_gb(self.fixed_bytes_per_seq)} ({what})"))
         lines += [
             ("activations", f"{_gb(self.activation_bytes)} (allowance for one prefill chunk)"),
             ("CUDA graphs", f"{_gb(self.graph_bytes)} ({self.graph_sizes} capture sizes)"),
@@ -168,53 +182,9 @@ def _position_limit(cfg: Mapping[str, Any]) -> int | None:
     return base
 
 
-def _is_linear(name: str) -> bool:
-    """A decoder layer's projection (what fp8 and int4 quantize; not embeddings or norms)."""
-    return (".layers." in f".{name}" and name.endswith("proj.weight")) or ".experts." in name
-
-
-def _embed_params(shape: ModelShape, cfg: Mapping[str, Any]) -> int:
-    tied = bool(cfg.get("tie_word_embeddings", False))
-    return shape.vocab_size * shape.hidden_size * (1 if tied else 2)
-
-
-def _weights(
-    model_dir: Path, profile: EngineProfile, shape: ModelShape, dtype_bytes: int
-) -> tuple[int, str]:
-    """Weight bytes in memory. `quantization: fp8` (vLLM quantizes a bf16 checkpoint at
-    load) stores the decoder's projections at one byte."""
-    linear_bytes = 1 if profile.quantization == "fp8" else dtype_bytes
-    note = ", fp8 projections" if profile.quantization == "fp8" else ""
-    files = safetensors_files(model_dir)
-    if profile.load_format == "dummy" or not files:
-        why = "dummy load" if profile.load_format == "dummy" else "no weight files"
-        embed = _embed_params(shape, text_config(read_config(model_dir)))
-        linear = max(0, shape.estimated_params - embed)
-        total = linear * linear_bytes + embed * dtype_bytes
-        return total, f"estimated from config, {why}{note}"
-    total = 0
-    for t in tensor_infos(model_dir):
-        if t.dtype in _FLOAT_TENSORS:
-            total += t.numel * (linear_bytes if _is_linear(t.name) else dtype_bytes)
-        else:  # quantized payloads stay as stored
-            total += t.nbytes or math.ceil(t.numel * SAFETENSORS_DTYPE_BYTES.get(t.dtype, 1))
-    n = len(files)
-    return total, f"{n} safetensors file{'s' if n > 1 else ''}{note}"
-
-
-def _int4_weights(
-    shape: ModelShape, cfg: Mapping[str, Any], profile: EngineProfile, dtype_bytes: int
-) -> int | None:
-    """The weights as AWQ/GPTQ int4 (a plan for CUDA devices; None if already quantized)."""
-    quant = (profile.quantization or "").lower()
-    if profile.device.kind != "cuda" or any(q in quant for q in _PREQUANTIZED):
-        return None
-    embed = _embed_params(shape, cfg)
-    linear = max(0, shape.estimated_params - embed)
-    return math.ceil(linear * _INT4_BYTES_PER_WEIGHT) + embed * dtype_bytes
-
-
-def _activations(profile: EngineProfile, shape: ModelShape, dtype_bytes: int, k: int) -> int:
+def _activations(
+    profile: EngineProfile, shape: ModelShape, cfg: Mapping[str, Any], dtype_bytes: int, k: int
+) -> int:
     """Peak of one forward pass over a full prefill chunk, plus the sampler's logits.
 
     Per token: the residual stream and its normed copy, q/k/v and the attention output,
@@ -225,7 +195,14 @@ def _activations(profile: EngineProfile, shape: ModelShape, dtype_bytes: int, k:
     qkv = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim
     per_token = (4 * s.hidden_size + qkv + 3 * s.mlp_width) * dtype_bytes
     logits = profile.max_num_seqs * (1 + k) * s.vocab_size * 4 * 2
-    return profile.max_num_batched_tokens * per_token + logits
+    tokens = profile.max_num_batched_tokens
+    return (
+        max(
+            tokens * per_token,
+            gdn_activation_bytes(cfg, s.hidden_size, s.linear_layers, tokens, dtype_bytes),
+        )
+        + logits
+    )
 
 
 def _graphs(profile: EngineProfile, k: int) -> tuple[int, int]:
@@ -240,7 +217,7 @@ def _graphs(profile: EngineProfile, k: int) -> tuple[int, int]:
         sizes = [s for s in (1, 2, 4, *range(8, 256, 8), *range(256, 1025, 16)) if s <= limit]
     per_size = 2 << 20
     both = 2 if profile.cuda_graphs.mode == "FULL_AND_PIECEWISE" else 1
-    return (64 << 20) + per_size * len(sizes) * both, len(sizes)
+    return _GRAPH_BASE + per_size * len(sizes) * both, len(sizes)
 
 
 def _capacity(budget: int, fixed: int, per_token: int, block: int, cap: int) -> int:
@@ -284,40 +261,95 @@ def _budget(profile: EngineProfile, non_kv: int) -> tuple[int, int, str]:
     return max(0, limit - non_kv), limit, source
 
 
+@dataclass(frozen=True)
+class _KvArgs:
+    dtype_bytes: int
+    fp8: bool
+    k: int
+    mtp: int
+
+
+def _kv(
+    shape: ModelShape,
+    cfg: Mapping[str, Any],
+    profile: EngineProfile,
+    a: _KvArgs,
+    *,
+    budget: int,
+    cap: int,
+) -> tuple[HybridLayout | None, int, int, int, int, int | None]:
+    """(hybrid layout, KV bytes/token, fixed bytes/seq, one sequence's capacity in tokens,
+    bytes needed at max_model_len, the capacity with fp8 KV if the KV is not fp8)."""
+
+    def layout_at(kv_bytes: int) -> HybridLayout | None:
+        if profile.device.kind == "cpu":
+            return None
+        return hybrid_layout(
+            cfg,
+            full_attention_layers=shape.full_attention_layers,
+            linear_layers=shape.linear_layers,
+            attn_bytes_per_token_layer=shape.kv_elements_per_token_per_layer() * kv_bytes,
+            dtype_bytes=a.dtype_bytes,
+            k=a.k,
+            mtp_layers=a.mtp,
+            prefix_caching=profile.enable_prefix_caching,
+        )
+
+    kv_bytes = 1 if a.fp8 else a.dtype_bytes
+    block = profile.block_size or (128 if profile.device.kind == "cpu" else 16)
+    layout = layout_at(kv_bytes)
+    if layout is not None:
+        per_token, fixed = layout.bytes_per_token, layout.state_bytes_per_seq
+        capacity = layout.one_seq_tokens(budget)
+        needed = layout.needed_bytes(profile.max_model_len)
+    else:
+        per_token, fixed = _kv_rates(shape, profile, a.dtype_bytes, kv_bytes)
+        capacity = _capacity(budget, fixed, per_token, block, 1 << 40)
+        needed = per_token * profile.max_model_len + fixed
+    fp8_context = None
+    if not a.fp8:
+        layout_fp8 = layout_at(1)
+        if layout_fp8 is not None:
+            fp8_context = min(cap, layout_fp8.one_seq_tokens(budget))
+        else:
+            per_token_fp8, fixed_fp8 = _kv_rates(shape, profile, a.dtype_bytes, 1)
+            fp8_context = _capacity(budget, fixed_fp8, per_token_fp8, block, cap)
+    return layout, per_token, fixed, capacity, needed, fp8_context
+
+
 def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
     """Plan `profile` for the model in `model_dir` (reads config.json and headers only).
 
     Raises:
         PlanError: no readable config.json, or one the planner cannot interpret.
     """
+    spec = profile.speculative
+    k = spec.num_speculative_tokens if spec.enabled else 0
     try:
         config = read_config(model_dir)
+        cfg = text_config(config)
         shape = model_shape(config)
         dtype = _resolve_dtype(profile.dtype, shape.config_dtype)
-        weight_bytes, weights_source = _weights(model_dir, profile, shape, _DTYPE_BYTES[dtype])
+        mtp = _mtp_layers(model_dir, profile)
+        weight_bytes, weights_source = plan_weights(
+            model_dir, profile, shape, _DTYPE_BYTES[dtype], mtp
+        )
     except (ModelFolderError, ValueError) as exc:
         raise PlanError(str(exc)) from exc
     dtype_bytes = _DTYPE_BYTES[dtype]
     fp8 = profile.kv_cache_dtype.startswith("fp8")
     kv_label = "fp8" if fp8 else _DTYPE_LABEL[dtype]
-    per_token, fixed = _kv_rates(shape, profile, dtype_bytes, 1 if fp8 else dtype_bytes)
-    spec = profile.speculative
-    k = spec.num_speculative_tokens if spec.enabled else 0
-    activations = _activations(profile, shape, dtype_bytes, k)
+
+    activations = _activations(profile, shape, cfg, dtype_bytes, k)
     graph_bytes, graph_sizes = _graphs(profile, k)
     runtime = int(profile.device.runtime_overhead_bytes)
     non_kv = runtime + weight_bytes + activations + graph_bytes
     kv_budget, limit, budget_source = _budget(profile, non_kv)
     total = non_kv + kv_budget
-    block = profile.block_size or (128 if profile.device.kind == "cpu" else 16)
-    positions = _position_limit(text_config(config))
+    positions = _position_limit(cfg)
     cap = positions if positions is not None else 1 << 40
-    capacity = _capacity(kv_budget, fixed, per_token, block, 1 << 40)
-    fp8_context = None
-    if not fp8:
-        per_token_fp8, fixed_fp8 = _kv_rates(shape, profile, dtype_bytes, 1)
-        fp8_context = _capacity(kv_budget, fixed_fp8, per_token_fp8, block, cap)
-    kv_needed = per_token * profile.max_model_len + fixed
+    kv = _kv(shape, cfg, profile, _KvArgs(dtype_bytes, fp8, k, mtp), budget=kv_budget, cap=cap)
+    layout, per_token, fixed, capacity, kv_needed, fp8_context = kv
     bandwidth = profile.device.memory_bandwidth_gbps
     floor = bandwidth * 1e9 / weight_bytes if bandwidth and weight_bytes else None
     reasons = []  # all of them, so that one run of `agentctl plan` shows everything to fix
@@ -325,8 +357,21 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         reasons.append(
             f"max_model_len {profile.max_model_len:,} exceeds the model's {positions:,} positions"
         )
-    if kv_needed > kv_budget:
+    if kv_needed > kv_budget and layout is not None:
+        reasons.append(
+            f"{kv_needed / 1e9:.2f} GB of KV needed ({layout.blocks_per_seq(profile.max_model_len)}"
+            f" blocks), {kv_budget / 1e9:.2f} GB available ({layout.blocks(kv_budget)} blocks)"
+        )
+    elif kv_needed > kv_budget:
         reasons.append(f"{_gb(kv_needed)} of KV needed, {_gb(kv_budget)} available")
+    if layout is not None and profile.enable_prefix_caching:
+        tokens = profile.max_num_batched_tokens
+        if tokens < layout.block_size:
+            reasons.append(
+                f"max_num_batched_tokens {tokens:,} is below the hybrid's attention block of "
+                f"{layout.block_size:,} tokens, which vLLM refuses with prefix caching "
+                f"(mamba align mode): use {token_budget_needed(layout, profile.max_num_seqs, k):,}"
+            )
     if total > limit:
         reasons.append(
             f"the engine needs {_gb(total)} (weights {_gb(weight_bytes)}, KV {_gb(kv_budget)}, "
@@ -364,5 +409,15 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         decode_floor_tps=floor,
         fits=fits,
         verdict=verdict,
-        int4_weight_bytes=_int4_weights(shape, text_config(config), profile, dtype_bytes),
+        int4_weight_bytes=int4_option(shape, cfg, profile, dtype_bytes, mtp),
+        attention_layers=shape.full_attention_layers + (mtp if layout is not None else 0),
+        layout=layout,
     )
+
+
+def _mtp_layers(model_dir: Path, profile: EngineProfile) -> int:
+    """MTP layers vLLM loads (weights and KV) when speculation resolves to MTP."""
+    if profile.speculative.method not in ("auto", "mtp"):
+        return 0
+    info = detect_mtp(model_dir)
+    return info.layers if info is not None and info.weights_present is not False else 0

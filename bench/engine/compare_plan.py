@@ -43,6 +43,7 @@ ORIN_FP16_TFLOPS = {
     "orin-nx-16gb": 8 * 2048 * 0.918e9 / 1e12,
     "orin-nx-8gb": 8 * 2048 * 0.765e9 / 1e12,
 }
+SEGMENT = 4500  # bench_profiles.py's appended segment
 TARGETS = {"ttft_s": 0.350, "decode_tok_s": 12.0, "peak_bytes": 6.2e9, "context": 131072}
 
 
@@ -59,7 +60,7 @@ def load(paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return runs, files
 
 
-def plan_for(run: dict[str, Any], shape: dict[str, Any]) -> Any:
+def plan_for(run: dict[str, Any], shape: dict[str, Any], real: bool = False) -> Any:
     from agent.engine import load_engine_profile, plan_memory
 
     profile = load_engine_profile(run["profile"])
@@ -70,13 +71,15 @@ def plan_for(run: dict[str, Any], shape: dict[str, Any]) -> Any:
     update: dict[str, Any] = {
         key: kw[key]
         for key in ("max_model_len", "max_num_batched_tokens", "kv_cache_dtype",
-                    "enable_prefix_caching", "enforce_eager")
+                    "enable_prefix_caching", "enforce_eager", "load_format")
         if key in kw
     }  # fmt: skip
     if "kv_cache_memory_bytes" in kw:
         update["memory"] = profile.memory.model_copy(
             update={"kv_cache_memory_bytes": kw["kv_cache_memory_bytes"]}
         )
+    if real:
+        update.pop("load_format", None)
     if "speculative_config" not in kw:
         update["speculative"] = profile.speculative.model_copy(update={"method": "off"})
     folder = Path(tempfile.mkdtemp(prefix="plan-shape-"))
@@ -225,8 +228,19 @@ def timing_table(runs: dict[str, Any], names: list[str]) -> str:
     return md_table(heads, rows)
 
 
+def _prefill_flops(plan: Any, new: int, cached: int) -> float:
+    """FLOPs of prefilling `new` tokens after `cached` ones: 2 x projection parameters a
+    token (embeddings excluded) plus attention, 4 x heads x head dim x the positions attended
+    in each attention layer (the MTP layer's included); the GDN layers' own work is small."""
+    s = plan.shape
+    params = plan.weight_bytes / 2 - 2 * s.vocab_size * s.hidden_size  # bf16 dummy plan
+    attn_layers = plan.attention_layers or s.full_attention_layers
+    positions = new * (cached + new / 2)
+    return float(2 * params * new + 4 * attn_layers * s.num_heads * s.head_dim * positions)
+
+
 def projection_table(runs: dict[str, Any], names: list[str], plans: dict[str, Any]) -> str:
-    rows = []
+    rows: list[list[Any]] = []
     for name in names:
         full = runs.get(f"{name}:full")
         if not full or name not in ORIN_FP16_TFLOPS:
@@ -235,8 +249,9 @@ def projection_table(runs: dict[str, Any], names: list[str], plans: dict[str, An
         copy, tflops = fl.get("copy_gbps"), fl.get("matmul_tflops")
         if not copy or not tflops:
             continue
+        orin = ORIN_FP16_TFLOPS[name]
         bw = ORIN_BANDWIDTH_GBPS / copy
-        cr = tflops / ORIN_FP16_TFLOPS[name]
+        cr = tflops / orin
         nomtp = runs.get(f"{name}:nomtp", {}).get("decode_tok_s")
         m = measured_lines(full)
         engine = (m["engine_gpu"] or 0) + (m["host_rss"] or 0)
@@ -244,27 +259,52 @@ def projection_table(runs: dict[str, Any], names: list[str], plans: dict[str, An
         dec_w = full.get("decode_at_window_tok_s")
         dec = full.get("decode_tok_s")
         ctx = min(m["kv_capacity"] or 0, full.get("kwargs", {}).get("max_model_len", 0))
-        weights = m["weights"]
+        weights = m["weights"] or 0
+        plan = plans[name]
+        int4 = plans.get(f"{name}:int4")
+        int4_bytes = int4.weight_bytes if int4 is not None else None
+        cached = full.get("append_cached_tokens") or 0
+        seg = SEGMENT
+        floor_append = _prefill_flops(plan, seg, cached) / (orin * 1e12)
+        floor_alone = _prefill_flops(plan, seg, 0) / (orin * 1e12)
+        alone = full.get("ttft_segment_alone_s")
+        engine_int4 = engine - weights + int4_bytes if engine and int4_bytes else None
         rows += [
-            [name, "decode, MTP k=3 (0 accepted)", f"{dec} x {ORIN_BANDWIDTH_GBPS:g} / {copy}",
+            [name, "decode, MTP k=3 (0 accepted), bf16-sized weights",
+             f"{dec} x {ORIN_BANDWIDTH_GBPS:g} / {copy}",
              _r(dec and dec * bw), "12 tok/s", _verdict(dec and dec * bw >= 12)],
             [name, "decode, no speculation", f"{nomtp} x {ORIN_BANDWIDTH_GBPS:g} / {copy}",
              _r(nomtp and nomtp * bw), "12 tok/s", _verdict(nomtp and nomtp * bw >= 12)],
             [name, "decode at the full window, MTP k=3",
              f"{dec_w} x {ORIN_BANDWIDTH_GBPS:g} / {copy}",
              _r(dec_w and dec_w * bw), "12 tok/s", _verdict(dec_w and dec_w * bw >= 12)],
-            [name, "planner decode ceiling", f"102e9 / {plans[name].weight_bytes:,} B",
-             _r(plans[name].decode_floor_tps), "12 tok/s", None],
-            [name, "bandwidth ceiling, measured weights", f"102e9 / {weights or 0:,.0f} B",
-             _r(weights and ORIN_BANDWIDTH_GBPS * 1e9 / weights), "12 tok/s", None],
-            [name, "TTFT, 4.5K appended to the window",
-             f"{append} s x {tflops} / {ORIN_FP16_TFLOPS[name]:.1f}", _r(append and append * cr),
+            [name, "decode upper bound, the weights measured (bf16-sized)",
+             f"102e9 / {weights:,.0f} B",
+             _r(weights and ORIN_BANDWIDTH_GBPS * 1e9 / weights), "12 tok/s",
+             _verdict(weights and ORIN_BANDWIDTH_GBPS * 1e9 / weights >= 12)],
+            [name, "decode upper bound, int4 weights (planner, not measured)",
+             f"102e9 / {int4_bytes or 0:,} B",
+             _r(int4_bytes and ORIN_BANDWIDTH_GBPS * 1e9 / int4_bytes), "12 tok/s",
+             _verdict(int4_bytes and ORIN_BANDWIDTH_GBPS * 1e9 / int4_bytes >= 12)],
+            [name, f"TTFT, 4.5K appended to {cached:,} cached",
+             f"{append} s x {tflops} / {orin:.1f}", _r(append and append * cr),
              "0.35 s", _verdict(append and append * cr <= 0.35)],
+            [name, "TTFT, 4.5K appended: compute floor (lower bound)",
+             f"{_prefill_flops(plan, seg, cached):.3g} FLOP / {orin:.1f} TFLOP/s",
+             _r(floor_append), "0.35 s", _verdict(floor_append <= 0.35)],
+            [name, "TTFT, 4.5K with no history", f"{alone} s x {tflops} / {orin:.1f}",
+             _r(alone and alone * cr), "0.35 s", _verdict(alone and alone * cr <= 0.35)],
+            [name, "TTFT, 4.5K with no history: compute floor",
+             f"{_prefill_flops(plan, seg, 0):.3g} FLOP / {orin:.1f} TFLOP/s",
+             _r(floor_alone), "0.35 s", _verdict(floor_alone <= 0.35)],
             [name, "TTFT, whole window cold", f"{full.get('ttft_window_s')} s x {cr:.1f}",
              _r(full.get("ttft_window_s") and full["ttft_window_s"] * cr), "-", None],
-            [name, "engine memory (GPU + host RSS here)", "measured on the H200",
+            [name, "engine memory (GPU + host RSS), bf16-sized weights", "measured on the H200",
              f"{engine / 1e9:.2f} GB" if engine else None, "6.2 GB",
              _verdict(engine and engine <= 6.2e9)],
+            [name, "engine memory with int4 weights", "measured - measured weights + planner int4",
+             f"{engine_int4 / 1e9:.2f} GB" if engine_int4 else None, "6.2 GB",
+             _verdict(engine_int4 and engine_int4 <= 6.2e9)],
             [name, "context one stream holds", "measured KV layout, up to max_model_len",
              f"{ctx:,}", "128K", _verdict(ctx >= 131072)],
         ]  # fmt: skip
@@ -303,6 +343,9 @@ def main() -> None:
         plan, profile = plan_for(run, run.get("config") or run["_file"]["shape"])
         if run["variant"] == "full":
             plans[run["profile"]] = plan
+            # the same profile with a real GPTQ checkpoint (no dummy load): int4 projections
+            int4, _ = plan_for(run, run.get("config") or run["_file"]["shape"], real=True)
+            plans[f"{run['profile']}:int4"] = int4
         unified = bool(profile.device.unified_memory)
         out.append("\n" + memory_table(label, run, plan, unified))
         changes = {k: v for k, v in run.get("changes", {}).items() if isinstance(v, dict)}

@@ -6,7 +6,9 @@ and vLLM's pool holds floor(budget / (bytes per token x block size)) blocks.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,8 +120,15 @@ def test_position_limit_without_rope_scaling(model_dir: ModelDirFactory) -> None
 # -- Qwen3-Next-style hybrid -----------------------------------------------------------------
 
 # Per sequence, per Gated DeltaNet layer: the recurrent state (value heads x key dim x value
-# dim) and the conv state ((2 x key heads x key dim + value heads x value dim) x (kernel - 1)).
-GDN_STATE = 32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3  # 548,864 elements
+# dim) and the conv state ((2 x key heads x key dim + value heads x value dim) x (kernel - 1
+# + k), k the speculative tokens), in the model dtype.
+GDN_STATE = 32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3  # 548,864 elements at k = 0
+
+# On a GPU vLLM gives every layer the same page: the attention block is the number of
+# tokens whose K and V fill one GDN layer's state, in multiples of 16. The 12 attention and
+# 36 GDN layers form 4 groups of 12 (one attention, three GDN); one block id takes a page in
+# each of the 12 tensors. With prefix caching (mamba align mode) a sequence holds 2 + k
+# blocks in each GDN group; the attention group ceil(tokens / block).
 
 
 @pytest.mark.parametrize("layout", ["interval", "layer_types", "text_config"])
@@ -135,19 +144,140 @@ def test_hybrid_counts_only_full_attention_layers(model_dir: ModelDirFactory, la
     plan = plan_memory(model_dir(config), kv_profile(4 * GiB, kv_cache_dtype="auto"))
     shape = plan.shape
     assert (shape.full_attention_layers, shape.linear_layers) == (12, 36)
+    # bf16 KV: 2 x 2 x 256 x 2 B = 2,048 B a token a layer; 1,097,728 B of state a layer
+    # -> blocks of 16 x ceil(1,097,728 / (16 x 2,048)) = 544 tokens, pages of 1,114,112 B
+    lo = plan.layout
+    assert lo is not None
+    assert GDN_STATE * 2 == 1_097_728
+    assert (lo.block_size, lo.page_bytes, lo.group_size) == (544, 544 * 2048, 12)
     assert plan.kv_bytes_per_token == 2 * 12 * 2 * 256 * 2 == 24_576
-    assert plan.fixed_bytes_per_seq == 36 * GDN_STATE * 2 == 39_518_208
-    # (4 GiB - one sequence's state) // (24,576 x 16) = 10822 blocks
-    assert plan.kv_capacity_tokens == 10822 * 16 == 173_152
-    assert plan.kv_needed_bytes == K128 * 24_576 + 39_518_208  # 3.26 GB < 4 GiB
+    block_bytes = 12 * 544 * 2048  # 13,369,344
+    assert plan.fixed_bytes_per_seq == 3 * 2 * block_bytes == 80_216_064
+    # 4 GiB // 13,369,344 = 321 blocks, 6 of them one sequence's state
+    assert plan.kv_capacity_tokens == (321 - 6) * 544 == 171_360
+    assert plan.kv_needed_bytes == (-(-K128 // 544) + 6) * block_bytes  # 3.30 GB < 4 GiB
     assert plan.verdict == "fits 128K with bf16 KV"
 
 
 def test_hybrid_fp8_halves_kv_but_not_the_recurrent_state(model_dir: ModelDirFactory) -> None:
     plan = plan_memory(model_dir(QWEN3_NEXT), kv_profile(2 * GiB, kv_cache_dtype="fp8"))
+    lo = plan.layout
+    assert lo is not None
+    # the same 1,097,728 B state page holds twice the fp8 tokens: 16 x 67 = 1,072
+    assert (lo.block_size, lo.page_bytes) == (1072, 1072 * 1024)
+    assert lo.page_bytes == GDN_STATE * 2
     assert plan.kv_bytes_per_token == 12_288
-    assert plan.fixed_bytes_per_seq == 39_518_208
+    assert plan.fixed_bytes_per_seq == 6 * 12 * GDN_STATE * 2 == 79_036_416
     assert plan.verdict == "fits 128K with fp8 KV"
+
+
+MEASURED = Path(__file__).parents[2] / "bench/engine/results/h200-2026-12-01-profiles"
+
+
+def _measured_run() -> dict[str, Any]:
+    data = json.loads((MEASURED / "a-results.json").read_text())
+    run: dict[str, Any] = data["runs"]["orin-nx-16gb:full"]
+    return run
+
+
+def _as_run(profile: EngineProfile, run: dict[str, Any], folder: Path) -> EngineProfile:
+    kw = run["kwargs"]
+    return profile.model_copy(
+        update={"model": str(folder), "load_format": kw["load_format"],
+                "max_num_batched_tokens": kw["max_num_batched_tokens"]}
+    )  # fmt: skip
+
+
+def test_hybrid_4b_layout_is_the_one_vllm_built_on_the_h200(model_dir: ModelDirFactory) -> None:
+    """The orin-nx-16gb run of issue 20 (vLLM 0.26, H200, random GPTQ weights, MTP k=3)."""
+    run = _measured_run()
+    folder = model_dir(run["config"])
+    profile = _as_run(load_engine_profile("orin-nx-16gb"), run, folder)
+    plan = plan_memory(folder, profile)
+    kv, attn = run["kv"], run["kv"]["groups"][-1]
+    lo = plan.layout
+    assert lo is not None
+    # the MTP layer has KV too: 13 attention layers; conv state with k = 3 extra rows
+    assert attn["type"] == "FullAttentionSpec" and attn["layers"] == lo.attention_layers == 13
+    assert (lo.block_size, lo.page_bytes) == (kv["cache_block_size"], attn["page_size_bytes"])
+    assert lo.group_size == kv["num_tensors"] == 13
+    assert lo.blocks(plan.kv_budget_bytes) == kv["num_blocks"] == 144
+    assert lo.state_blocks == kv["state_pages_per_seq"] == 15
+    assert plan.fixed_bytes_per_seq == kv["state_bytes_per_seq"]
+    assert plan.kv_bytes_per_token == kv["attn_bytes_per_token"] == 13_312
+    assert plan.kv_capacity_tokens == kv["one_seq_tokens"] == 144_480
+    # vLLM's start check adds up layers (padding not counted); the pool needs whole blocks
+    check = sum(g["max_memory_usage_bytes"] * g["layers"] for g in kv["groups"])
+    assert plan.kv_needed_bytes == lo.blocks_per_seq(K128) * lo.block_bytes
+    assert lo.blocks_per_seq(K128) == run["changes"]["kv_need_predicted"]["blocks_per_seq"]
+    assert check <= plan.kv_needed_bytes <= 1.01 * check
+    # a dummy load left the GPTQ projections in bf16: the planner plans what vLLM loaded
+    measured = run["after_load"]["worker"]["model_memory_usage"]
+    assert "not applied by a dummy load" in plan.weights_source
+    assert abs(plan.weight_bytes / measured - 1) < 0.01
+    assert plan.activation_bytes == pytest.approx(
+        run["at_window"]["worker"]["max_allocated"] - run["at_window"]["allocated_before"],
+        rel=0.10,
+    )
+    # the KV holds 128K; what does not fit on the 16 GB module is the bf16 weights
+    assert plan.verdict.startswith("does not fit: the engine needs 15.3 GB (weights 8.1 GB")
+
+
+def test_int4_config_without_weight_files_is_planned_at_int4(model_dir: ModelDirFactory) -> None:
+    run = _measured_run()
+    folder = model_dir(run["config"])
+    profile = load_engine_profile("orin-nx-16gb").model_copy(update={"model": str(folder)})
+    plan = plan_memory(folder, profile)
+    bf16 = plan_memory(folder, profile.model_copy(update={"load_format": "dummy"}))
+    assert plan.weights_source.endswith("gptq 4-bit projections")
+    embed = 2 * 151936 * 2048 * 2  # untied embeddings and LM head stay bf16
+    projections = (bf16.weight_bytes - embed) // 2
+    assert plan.weight_bytes == pytest.approx(embed + projections * (0.5 + 2.5 / 128), abs=8)
+    assert plan.int4_weight_bytes is None  # already int4: no int4 option line
+    assert plan.fits, plan.verdict
+
+
+def test_token_budget_below_the_hybrid_block_cannot_start(model_dir: ModelDirFactory) -> None:
+    folder = model_dir(_measured_run()["config"])
+    profile = load_engine_profile("orin-nx-16gb").model_copy(
+        update={"model": str(folder), "max_num_batched_tokens": 512}
+    )
+    plan = plan_memory(folder, profile)
+    # one 1,120-token block + 2 streams x (1 + 3) decode tokens, to a multiple of 128
+    assert (
+        "max_num_batched_tokens 512 is below the hybrid's attention block of 1,120 tokens"
+        in plan.verdict
+    )
+    assert "use 1,152" in plan.verdict
+    no_cache = plan_memory(folder, profile.model_copy(update={"enable_prefix_caching": False}))
+    assert "max_num_batched_tokens" not in no_cache.verdict
+
+
+def test_orin_8gb_kv_budget_holds_64k_of_the_hybrid(model_dir: ModelDirFactory) -> None:
+    folder = model_dir(_measured_run()["config"])
+    profile = load_engine_profile("orin-nx-8gb").model_copy(update={"model": str(folder)})
+    plan = plan_memory(folder, profile)
+    lo = plan.layout
+    assert lo is not None
+    # 64K: ceil(65,536 / 1,120) = 59 attention blocks + 15 state blocks of 14,909,440 B
+    assert lo.blocks_per_seq(65536) == 59 + 15 == 74
+    assert lo.blocks(plan.kv_budget_bytes) == 1088 * 2**20 // lo.block_bytes == 76
+    assert "of KV needed" not in plan.verdict
+    one_gib = profile.model_copy(
+        update={"memory": profile.memory.model_copy(update={"kv_cache_memory_bytes": GiB})}
+    )
+    old = plan_memory(folder, one_gib)
+    assert "1.10 GB of KV needed (74 blocks), 1.07 GB available (72 blocks)" in old.verdict
+    assert old.kv_capacity_tokens == (72 - 15) * 1120 == 63_840
+
+
+def test_plan_render_shows_the_hybrid_layout(model_dir: ModelDirFactory) -> None:
+    folder = model_dir(_measured_run()["config"])
+    profile = load_engine_profile("orin-nx-16gb").model_copy(update={"model": str(folder)})
+    text = plan_memory(folder, profile).render("orin-nx-16gb")
+    assert "13.3 KB fp8 (13 full-attention layers (1 MTP) x 2 x 2 KV heads x 256 x 1 B)" in text
+    assert "blocks of 1,120 tokens, 13 pages of 1.15 MB (14.9 MB a block)" in text
+    assert "15 state blocks (3 GDN groups x 5); pool 144 blocks" in text
 
 
 def test_sliding_window_layers_are_capped_at_the_window(model_dir: ModelDirFactory) -> None:
