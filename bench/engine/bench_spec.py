@@ -9,13 +9,25 @@ training/draft/vllm_run.py, which the answer regeneration used too, so the compi
 shared), the same real analysis prompts (corpus prompts: rendered by the service's prompt
 code) one at a time, greedy, up to --max-tokens answer tokens, stopping at the end token as
 the service does. Per configuration: engine start, analysis latency p50/p95 (request sent to
-last token), TTFT p50, decode tokens/s (tokens after the first over the time after the
-first, summed over requests), vLLM's own speculation counters (drafts, draft tokens,
-accepted, per position) as acceptance rate and mean accepted length (1 + accepted / drafts:
-tokens a verify step yields), and how many answers are token-for-token the answers without
-speculation. A configuration that fails is logged with its traceback and the next runs;
-results are written after each configuration (DIR/results.json, DIR/table.md), and no new
-configuration starts after --deadline-s.
+last token), TTFT p50, decode tokens/s (tokens after the first delta over the time after it,
+summed over requests: on the GPU the first delta is the first token; on a busy CPU vLLM merges
+deltas not yet read, so it may hold several), vLLM's own speculation counters (drafts, draft
+tokens, accepted, per position) as acceptance rate and mean accepted length (1 + accepted /
+drafts: tokens a verify step yields), and how many answers are token-for-token the answers
+without speculation. A configuration that fails is logged with its traceback and the next
+runs; results are written after each configuration (DIR/results.json, DIR/table.md), and no
+new configuration starts after --deadline-s. A configuration named twice (none,eagle3-2,none)
+runs twice; the table compares each with the first `none`. On a slow CPU, `--shortest` takes
+the n + 1 shortest prompts (prefill is not what is compared) and `--min-answer N` only prompts
+whose corpus answer has N tokens or more (most analyses answer `{"faults": []}`, 7 tokens, too
+few to measure decode).
+
+    python bench/engine/bench_spec.py --merge DIR/b-results.json DIR/c-results.json --out DIR
+
+re-renders results of several runs (the same prompts, e.g. one lease's runs after a failed
+configuration) as one table (DIR/table.md, DIR/results.json): a configuration that failed in
+one run and ran in another is taken from where it ran, and "same answers as none" compares
+the outputs across the engine starts.
 """
 
 from __future__ import annotations
@@ -38,6 +50,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# main() asks torch for the GPU before the first engine starts, so CUDA is initialised in this
+# process; vLLM's default fork of its workers then fails ("Cannot re-initialize CUDA in forked
+# subprocess", the `none` of the 2026-12-01 run). Spawned workers do not inherit it.
+os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
 from training.draft.vllm_run import engine_kwargs, load_prompts  # noqa: E402
 
@@ -115,16 +131,22 @@ async def one(llm: Any, ids: list[int], max_tokens: int) -> dict[str, Any]:
     )
     t0 = time.perf_counter()
     ttft = None
+    first = 0  # tokens in the first delta: more than one where outputs queued up unread
     tokens: list[int] = []
     async for out in llm.generate(
         TokensPrompt(prompt_token_ids=ids), sp, request_id=uuid.uuid4().hex
     ):
         got = list(out.outputs[0].token_ids) if out.outputs else []
         if got and ttft is None:
-            ttft = time.perf_counter() - t0
+            ttft, first = time.perf_counter() - t0, len(got)
         tokens += got
     total = time.perf_counter() - t0
-    return {"ttft": ttft if ttft is not None else total, "total": total, "tokens": tokens}
+    return {
+        "ttft": ttft if ttft is not None else total,
+        "total": total,
+        "tokens": tokens,
+        "first": first,
+    }
 
 
 def pct(values: list[float], q: float) -> float:
@@ -156,8 +178,10 @@ async def run_config(
         llm.shutdown()
         del llm
         gc.collect()
-    dec_tokens = sum(max(0, len(r["tokens"]) - 1) for r in rows)
-    dec_time = sum(r["total"] - r["ttft"] for r in rows if len(r["tokens"]) > 1)
+    # Decode: the tokens after the first delta over the time after it. vLLM merges deltas the
+    # caller has not read yet (a busy CPU), so the first may hold several tokens.
+    dec_tokens = sum(max(0, len(r["tokens"]) - r["first"]) for r in rows)
+    dec_time = sum(r["total"] - r["ttft"] for r in rows if len(r["tokens"]) > r["first"])
     res: dict[str, Any] = {
         "config": name,
         "start_s": round(start_s, 1),
@@ -177,6 +201,7 @@ async def run_config(
         "mean_accepted_length": round(1 + counts.accepted / counts.drafts, 3)
         if counts.drafts
         else None,
+        "first_delta_tokens": [r["first"] for r in rows],
         "outputs": [r["tokens"] for r in rows],
     }
     return res
@@ -195,7 +220,9 @@ def render(results: list[dict[str, Any]]) -> str:
     lines = [head, "|" + "---|" * 10]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['config']} | failed: {r['error'][:80]} |" + " |" * 8)
+            err = str(r["error"])
+            label = err if err.startswith(("not run", "skipped")) else f"failed: {err[:80]}"
+            lines.append(f"| {r['config']} | {label} |" + " |" * 8)
             continue
         same = "-"
         if base is not None and r is not base:
@@ -218,6 +245,15 @@ async def main_async(args: argparse.Namespace) -> None:
 
     on_gpu = torch.cuda.is_available()
     prompts = load_prompts(args.prompts)
+    if args.min_answer:  # prompts whose corpus answer is long (a fault quoted): decode to measure
+        import numpy as np
+
+        t_off = np.load(args.prompts / "corpus.npz")["target_offsets"]
+        lengths = [int(t_off[i + 1] - t_off[i]) for i in range(len(t_off) - 1)]
+        prompts = [p for p, n in zip(prompts, lengths, strict=True) if n >= args.min_answer]
+    if args.shortest:  # a slow CPU: the n + 1 shortest, in corpus order (prefill is not measured)
+        keep = set(sorted(range(len(prompts)), key=lambda i: len(prompts[i]))[: args.n + 1])
+        prompts = [p for i, p in enumerate(prompts) if i in keep]
     # The same prompts for every configuration: the first n (+1 for the warm-up).
     prompts = prompts[: args.n + 1]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -238,6 +274,8 @@ async def main_async(args: argparse.Namespace) -> None:
             "device": torch.cuda.get_device_name() if on_gpu else "cpu",
             "prompts": len(prompts) - 1,
             "max_tokens": args.max_tokens,
+            "prompt_tokens": [len(p) for p in prompts[:-1]],
+            "min_answer": args.min_answer,
             "model": str(args.model),
             "draft": str(args.draft),
         }
@@ -246,13 +284,47 @@ async def main_async(args: argparse.Namespace) -> None:
         print(table, flush=True)
 
 
+def merge(files: list[Path], out: Path, not_run: list[str], why: str) -> None:
+    """One table from several results.json of the same prompts (module docstring); the
+    configurations in `not_run` get a row that says so, with `why`."""
+    metas: list[dict[str, Any]] = []
+    done: dict[str, dict[str, Any]] = {}
+    failed: dict[str, dict[str, Any]] = {}
+    names = ["none"]
+    for f in files:
+        data = json.loads(f.read_text(encoding="utf-8"))
+        metas.append({"file": f.name, **data.get("meta", {})})
+        for r in data["results"]:
+            (failed if "error" in r else done).setdefault(r["config"], {**r, "from": f.name})
+            names.append(r["config"])
+    for key in ("prompts", "max_tokens", "model"):
+        if len({str(m.get(key)) for m in metas}) > 1:
+            raise SystemExit(f"the runs differ in {key}: {[m.get(key) for m in metas]}")
+    names = list(dict.fromkeys(names))
+    results = [done.get(n) or failed[n] for n in names if n in done or n in failed]
+    results += [{"config": n, "error": f"not run: {why}"} for n in not_run if n not in done]
+    out.mkdir(parents=True, exist_ok=True)
+    table = render(results)
+    src = ", ".join(f"{r['config']}: {r['from']}" for r in results if "from" in r)
+    (out / "results.json").write_text(json.dumps({"meta": metas, "results": results}))
+    note = (
+        f"From: {src}. Same answers as none: greedy token ids compared across "
+        f"{len(files)} runs (engine starts) on the same prompts."
+    )
+    (out / "table.md").write_text(f"{table}\n\n{note}\n")
+    print(table, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--model", type=Path)
     ap.add_argument("--draft", type=Path)
-    ap.add_argument("--prompts", type=Path, required=True, help="a corpus folder (corpus.npz)")
+    ap.add_argument("--prompts", type=Path, help="a corpus folder (corpus.npz)")
+    ap.add_argument("--merge", type=Path, nargs="+", help="results.json files to render as one")
+    ap.add_argument("--not-run", default="", help="with --merge: configurations not run")
+    ap.add_argument("--why", default="device time ran out", help="with --not-run: the reason")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument(
         "--configs",
@@ -264,7 +336,18 @@ def main() -> None:
         "--eager", action="store_true", help="enforce_eager (the CPU profile does anyway)"
     )
     ap.add_argument("--deadline-s", type=float, default=1e9)
+    ap.add_argument(
+        "--shortest", action="store_true", help="the n shortest prompts (a slow CPU's prefill)"
+    )
+    ap.add_argument(
+        "--min-answer", type=int, default=0, help="only prompts whose corpus answer has N tokens"
+    )
     args = ap.parse_args()
+    if args.merge:
+        merge(args.merge, args.out, [c for c in args.not_run.split(",") if c], args.why)
+        return
+    if args.model is None or args.prompts is None:
+        ap.error("--model and --prompts are needed (or --merge)")
     asyncio.run(main_async(args))
 
 

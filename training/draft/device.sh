@@ -25,7 +25,8 @@ OUT=${OUT:-/tmp/edge19-out}
 BUDGET_S=${BUDGET_S:-500}
 PY=${PY:-python3}
 START=$(date +%s)
-export PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
+# spawn: the bench asks torch for the GPU first; forked workers cannot re-initialise CUDA
+export PYTHONUNBUFFERED=1 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 VLLM_WORKER_MULTIPROC_METHOD=spawn
 export PYTHONPATH=$HOME/site:$WORK/site-gguf:$PWD${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$WORK" "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
