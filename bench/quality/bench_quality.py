@@ -323,6 +323,8 @@ def segment_tokens(cases: Sequence[Case]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for lang in ("en", "zh"):
         texts = [s for c in cases if c.lang == lang for s in c.segments]
+        if not texts:  # --only streams of one language
+            continue
         ids = encode_texts(tok, [render_line(1, 0.0, t) for t in texts], trusted=False)
         chars = sum(len(t) for t in texts)
         tokens = sum(len(i) for i in ids)
