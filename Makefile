@@ -43,6 +43,7 @@ deb-lint: deb
 # builds and an install into an arm64 Debian 12 root booted under qemu. Slow, so not in
 # `make test`'s default run; the measured time is in docs/install.md.
 deb-test-arm64: setup
+	bash packaging/qemu-setup.sh
 	EDGE_AGENT_DEB_ARM64=1 $(PY) -m pytest -s tests/test_deb.py -k arm64
 
 # Re-pin the package's dependencies after a change to pyproject.toml's (commit the result).

@@ -26,7 +26,7 @@ esac
 command -v systemd-nspawn >/dev/null || die "systemd-nspawn is missing (apt-get install systemd-container)"
 binfmt=/proc/sys/fs/binfmt_misc/qemu-$qemu
 if [ ! -e "$binfmt" ] || [ "$(head -n 1 "$binfmt")" != enabled ]; then
-  die "qemu-$qemu is not registered with binfmt_misc: apt-get install qemu-user-static binfmt-support (and mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc when it is not mounted)"
+  die "qemu-$qemu is not registered with binfmt_misc: sudo bash packaging/qemu-setup.sh (qemu-user-static, binfmt-support, binfmt_misc mounted)"
 fi
 # F: the interpreter is opened at registration, so it runs inside a root that lacks it.
 grep -q '^flags: .*F' "$binfmt" || die "qemu-$qemu is registered without the F flag (qemu-user-static's registration has it)"

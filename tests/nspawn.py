@@ -98,8 +98,8 @@ def missing_emulation(arch: str) -> str | None:
         or not any(line.startswith("flags:") and "F" in line for line in lines)
     ):
         return (
-            f"qemu-{qemu} is not registered with binfmt_misc (apt-get install qemu-user-static "
-            "binfmt-support; mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc)"
+            f"qemu-{qemu} is not registered with binfmt_misc (as root: bash "
+            "packaging/qemu-setup.sh)"
         )
     return None
 

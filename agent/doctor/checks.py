@@ -192,9 +192,10 @@ def _asr(cfg: AgentConfig, host: Host, cache: Path) -> Iterator[Finding]:
         host, "asr", ("faster_whisper", "faster-whisper"), why=why, hint=hint
     )
     yield whisper
+    # The arm64 package leaves CTranslate2 to the platform (packaging/vendor.txt).
     ct2_hint = (
         f"on a Jetson: NVIDIA's CUDA build of CTranslate2 in the system Python ({INSTALL_DOC})"
-        if asr.device == "cuda"
+        if asr.device == "cuda" or host.machine() == "aarch64"
         else hint
     )
     ct2, has_ct2 = _module(host, "asr", ("ctranslate2", "ctranslate2"), why=why, hint=ct2_hint)
