@@ -85,7 +85,7 @@ def arch(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     if name != NATIVE:
         if os.environ.get("EDGE_AGENT_DEB_ARM64") != "1":
-            pytest.skip(f"the {name} package under qemu takes about 40 min: make deb-test-arm64")
+            pytest.skip(f"the {name} package under qemu takes 27+ min: make deb-test-arm64")
         why = missing_prerequisites(name)
         if why is not None:
             pytest.skip(f"the {name} package under qemu: {why}")
