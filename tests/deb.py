@@ -2,9 +2,10 @@
 
 `ensure_debs()` builds each requested version once per state of the package's inputs (the
 code, the config and profiles, the unit, packaging/) and keeps the result under
-`$EDGE_AGENT_TEST_CACHE/deb/<key>/` (default `~/.cache/edge-agent/deb/`), with the time
-each build took; `payload()` reads a package's files (names, modes, owners, mtimes and a
-hash of each content) for comparing two builds. Root only, like tests/nspawn.py.
+`$EDGE_AGENT_TEST_CACHE/deb/<key>/` (default `~/.cache/edge-agent/deb/`; an arm64 build,
+made inside an arm64 root under qemu by packaging/build-foreign.sh, in `deb-arm64/<key>/`),
+with the time each build took; `payload()` reads a package's files (names, modes, owners,
+mtimes and a hash of each content) for comparing two builds. Root only, like tests/nspawn.py.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ class Entry:
     sha256: str
 
 
-def missing_prerequisites() -> str | None:
-    """Why the package tests cannot run here, or None."""
-    why = nspawn.missing_prerequisites()
+def missing_prerequisites(arch: str | None = None) -> str | None:
+    """Why the package tests (of `arch`, default this machine's) cannot run here, or None."""
+    why = nspawn.missing_prerequisites() or nspawn.missing_emulation(arch or nspawn.host_arch())
     if why is not None:
         return why
     for tool in ("dpkg-deb", "dpkg-shlibdeps"):
@@ -74,9 +75,9 @@ def missing_prerequisites() -> str | None:
     return None
 
 
-def _cache() -> Path:
+def _cache(arch: str | None = None) -> Path:
     base = os.environ.get("EDGE_AGENT_TEST_CACHE") or Path.home() / ".cache" / "edge-agent"
-    path = Path(base) / "deb"
+    path = Path(base) / (f"deb-{arch}" if arch else "deb")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -94,24 +95,26 @@ def source_key() -> str:
     return nspawn.digest(*parts)
 
 
-def ensure_debs(versions: Sequence[str]) -> dict[str, BuiltDeb]:
-    """Each version's package, built now or found from an earlier build of the same inputs."""
+def ensure_debs(versions: Sequence[str], arch: str | None = None) -> dict[str, BuiltDeb]:
+    """Each version's package, built now or found from an earlier build of the same inputs.
+    `arch`: another architecture than the machine's (arm64), built under qemu."""
+    arch = arch or nspawn.host_arch()
+    foreign = arch != nspawn.host_arch()
+    cache = _cache(arch if foreign else None)
     key = source_key()
-    folder = _cache() / key
-    log = _cache() / f"{key}.log"
+    folder = cache / key
+    log = cache / f"{key}.log"
     out: dict[str, BuiltDeb] = {}
     with nspawn.locked("deb"):
-        for stale in _cache().iterdir():  # 340 MB a package: keep only the current inputs'
+        for stale in cache.iterdir():  # 340 MB a package: keep only the current inputs'
             if stale.is_dir() and stale.name != key:
                 shutil.rmtree(stale, ignore_errors=True)
                 stale.with_suffix(".log").unlink(missing_ok=True)
         folder.mkdir(exist_ok=True)
         times = folder / "build-times.json"
         recorded: dict[str, float] = json.loads(times.read_text()) if times.exists() else {}
+        env = {**os.environ, "ARCH": arch} if foreign else dict(os.environ)
         for version in versions:
-            arch = subprocess.run(
-                ["dpkg", "--print-architecture"], capture_output=True, text=True, check=True
-            ).stdout.strip()
             deb = folder / f"edge-agent_{version}_{arch}.deb"
             if deb.exists() and version in recorded:
                 out[version] = BuiltDeb(version, deb, recorded[version], cached=True)
@@ -120,7 +123,7 @@ def ensure_debs(versions: Sequence[str]) -> dict[str, BuiltDeb]:
             with log.open("ab") as sink:
                 result = subprocess.run(
                     ["bash", str(BUILD)],
-                    env={**os.environ, "VERSION": version, "OUT": str(folder)},
+                    env={**env, "VERSION": version, "OUT": str(folder)},
                     stdout=sink,
                     stderr=subprocess.STDOUT,
                     check=False,

@@ -1,6 +1,7 @@
 """A real systemd for the tests: a cached minimal Debian root booted with systemd-nspawn.
 
-`ensure_root()` debootstraps the root once (about a minute) and caches it under
+`ensure_root()` debootstraps the root once (about a minute; an arm64 one, under qemu, about
+five) and caches it under
 `$EDGE_AGENT_TEST_CACHE/nspawn/` (default `~/.cache/edge-agent/nspawn/`), keyed by what it
 is built from; `ensure_venv()` builds the project's venv with the host's /usr/bin/python3
 (Debian 12's 3.11, the same interpreter as the root's) and reinstalls the project itself
@@ -29,7 +30,9 @@ __all__ = [
     "digest",
     "ensure_root",
     "ensure_venv",
+    "host_arch",
     "locked",
+    "missing_emulation",
     "missing_prerequisites",
 ]
 
@@ -68,6 +71,37 @@ def cache_dir() -> Path:
     path = Path(base) / "nspawn"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def host_arch() -> str:
+    """This machine's Debian architecture (amd64)."""
+    argv = ["dpkg", "--print-architecture"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return out.stdout.strip() or "amd64"
+
+
+def missing_emulation(arch: str) -> str | None:
+    """Why roots of `arch` cannot run here (qemu-user-static through binfmt_misc), or None."""
+    if arch == host_arch():
+        return None
+    qemu = {"arm64": "aarch64"}.get(arch)
+    if qemu is None:
+        return f"no emulation for {arch}"
+    binfmt = Path(f"/proc/sys/fs/binfmt_misc/qemu-{qemu}")
+    try:
+        lines = binfmt.read_text().splitlines()
+    except OSError:
+        lines = []
+    if (
+        not lines
+        or lines[0] != "enabled"
+        or not any(line.startswith("flags:") and "F" in line for line in lines)
+    ):
+        return (
+            f"qemu-{qemu} is not registered with binfmt_misc (as root: bash "
+            "packaging/qemu-setup.sh)"
+        )
+    return None
 
 
 def missing_prerequisites() -> str | None:
@@ -113,12 +147,16 @@ def _run(argv: Sequence[str | Path], log: Path) -> None:
         raise RuntimeError(f"{argv[0]} failed ({result.returncode}); {log}:\n{tail}")
 
 
-def ensure_root(packages: Sequence[str] = PACKAGES, setup: Sequence[str] = ACCOUNTS) -> Path:
+def ensure_root(
+    packages: Sequence[str] = PACKAGES, setup: Sequence[str] = ACCOUNTS, arch: str | None = None
+) -> Path:
     """The cached root of `packages`, with the shell commands `setup` run in it, debootstrapped
     on first use. Built in a temporary folder and renamed into place when complete, so an
-    interrupted build never leaves a half root behind."""
-    key = digest(SUITE, MIRROR, *packages, *setup)
-    root = cache_dir() / f"{SUITE}-{key}"
+    interrupted build never leaves a half root behind. `arch`: another architecture than
+    the machine's (arm64), run under qemu-user-static (about 5 minutes more, once)."""
+    foreign = arch is not None and arch != host_arch()
+    key = digest(SUITE, MIRROR, *packages, *setup, *([arch] if foreign else []))
+    root = cache_dir() / (f"{SUITE}-{arch}-{key}" if foreign else f"{SUITE}-{key}")
     if root.is_dir():
         return root
     with locked("root"):
@@ -128,8 +166,8 @@ def ensure_root(packages: Sequence[str] = PACKAGES, setup: Sequence[str] = ACCOU
         log = cache_dir() / f"{root.name}.log"
         try:
             _run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
-                 SUITE, tmp / "root", MIRROR],
+                ["debootstrap", *([f"--arch={arch}"] if foreign else []), "--variant=minbase",
+                 f"--include={','.join(packages)}", SUITE, tmp / "root", MIRROR],
                 log,
             )  # fmt: skip
             for command in setup:
@@ -191,9 +229,17 @@ class Container:
     register with); `--volatile=overlay`: every write goes to a tmpfs over the cached root."""
 
     def __init__(
-        self, root: Path, binds: dict[Path, Path], log: Path, *, private_network: bool = False
+        self,
+        root: Path,
+        binds: dict[Path, Path],
+        log: Path,
+        *,
+        private_network: bool = False,
+        time_factor: float = 1.0,
     ) -> None:
         self.root = root
+        # Every limit is multiplied by it: a root of another architecture runs under qemu.
+        self.time_factor = time_factor
         self.binds = binds  # host path -> container path, read-only
         self.log = log
         # Only a loopback of its own: a broker inside listens on 127.0.0.1:1883 without
@@ -214,6 +260,7 @@ class Container:
         argv += [f"--bind-ro={host}:{inside}" for host, inside in self.binds.items()]
         if self.private_network:
             argv.append("--private-network")
+        limit_s *= self.time_factor
         start = time.monotonic()
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -227,7 +274,11 @@ class Container:
                 raise TimeoutError(f"container did not boot in {limit_s:g} s; see {self.log}")
             self.leader = self.leader or self._find_leader()
             time.sleep(0.05)
-        state = self.run(["systemctl", "is-system-running", "--wait"], check=False, timeout=limit_s)
+        state = self.run(
+            ["systemctl", "is-system-running", "--wait"],
+            check=False,
+            timeout=limit_s / self.time_factor,
+        )
         if state.stdout.strip() not in ("running", "degraded"):
             raise RuntimeError(f"system state {state.stdout.strip()!r}; see {self.log}")
         return time.monotonic() - start
@@ -261,7 +312,7 @@ class Container:
             capture_output=True,
             text=True,
             env=CLEAN_ENV,
-            timeout=timeout,
+            timeout=timeout * self.time_factor,
             check=False,
         )
         if check and result.returncode != 0:
@@ -278,6 +329,7 @@ class Container:
 
     def wait_show(self, unit: str, check: dict[str, str], limit_s: float) -> dict[str, str]:
         """Poll `systemctl show` until every property in `check` has its value."""
+        limit_s *= self.time_factor
         deadline = time.monotonic() + limit_s
         while True:
             props = self.show(unit, *check, "MainPID", "NRestarts", "StatusText")
@@ -307,7 +359,7 @@ class Container:
         else:  # not booted far enough for systemctl: nspawn turns SIGTERM into a poweroff
             self.proc.terminate()
         try:
-            self.proc.wait(limit_s)
+            self.proc.wait(limit_s * self.time_factor)
             return
         except subprocess.TimeoutExpired:
             pass

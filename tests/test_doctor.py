@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from agent.cli import doctor as doctor_cli
 from agent.cli.agentctl import app
 from agent.doctor import Report, diagnose, read_unit
-from agent.doctor.host import FileInfo, UserInfo
+from agent.doctor.host import DeviceNode, FileInfo, UserInfo
 from agent.doctor.unit import Unit
 from agent.engine.model_prep import MARKER_NAME
 from pipelines.asr.models import base_marker
@@ -48,6 +48,12 @@ class FakeHost:
     nvml_problem: str | None = None
     broker: str | None = None
     unreadable: set[Path] = field(default_factory=set)
+    arch: str = "x86_64"
+    texts: dict[str, str] = field(default_factory=dict)
+    # module -> (path, in the venv); a module without one is in the system's site-packages
+    origins: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    nodes: dict[str, list[DeviceNode]] = field(default_factory=dict)
+    members: dict[str, set[str]] = field(default_factory=dict)
 
     def module(self, module: str, dist: str) -> str | None:
         return self.modules.get(module)
@@ -75,6 +81,24 @@ class FakeHost:
 
     def connect(self, host: str, port: int, timeout_s: float) -> str | None:
         return self.broker
+
+    def machine(self) -> str:
+        return self.arch
+
+    def read_text(self, path: str) -> str | None:
+        return self.texts.get(path)
+
+    def module_origin(self, module: str) -> tuple[str, bool] | None:
+        if module not in self.modules:
+            return None
+        system = f"/usr/lib/python3/dist-packages/{module}/__init__.py"
+        return self.origins.get(module, (system, False))
+
+    def device_nodes(self, pattern: str) -> list[DeviceNode]:
+        return self.nodes.get(pattern, [])
+
+    def member_groups(self, user: str) -> set[str]:
+        return self.members.get(user, set())
 
 
 def file(size: int = 1, mode: int = 0o644, owner: str = "root") -> FileInfo:

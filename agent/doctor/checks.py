@@ -12,6 +12,7 @@ deserves a look; `skip` when the configuration does not use it. What is checked:
 - the GPU watchdog (`watchdog.gpu_warn_bytes`, discrete GPUs): NVML;
 - the installed service (when its unit is there): user, groups, directories, credential
   files, the credential the config names;
+- on arm64, what a Jetson provides and the package does not (agent.doctor.jetson);
 - the broker: a TCP connection within a short timeout.
 """
 
@@ -20,13 +21,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
 
 from agent.config import ConfigError, load_config
 from agent.config.models import AgentConfig
+from agent.doctor.findings import INSTALL_DOC, Finding, Report, State
 from agent.doctor.host import Host
+from agent.doctor.jetson import jetson
 from agent.doctor.unit import Unit
 from agent.engine.model_prep import MARKER_NAME as LLM_MARKER
 from agent.engine.paths import CACHE_DIR_ENV, default_model_dir, expand_path
@@ -34,35 +34,7 @@ from pipelines.asr.models import base_marker
 
 __all__ = ["Finding", "Report", "State", "diagnose"]
 
-State = Literal["ok", "missing", "warn", "skip"]
 BROKER_TIMEOUT_S = 2.0
-INSTALL_DOC = "docs/install.md"
-
-
-class Finding(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    area: str  # config, llm, asr, gpu, service, broker
-    check: str  # what was looked for
-    state: State
-    detail: str
-    hint: str | None = None  # what to do about it (missing and warn)
-
-
-class Report(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    config: str
-    cache_dir: str
-    findings: list[Finding]
-
-    @property
-    def missing(self) -> list[Finding]:
-        return [f for f in self.findings if f.state == "missing"]
-
-    @property
-    def config_invalid(self) -> bool:
-        return any(f.area == "config" and f.state == "missing" for f in self.findings)
 
 
 def diagnose(
@@ -96,6 +68,7 @@ def diagnose(
         findings += _asr(cfg, host, cache)
         findings += _gpu(cfg, host)
     findings += _service(cfg, host, unit)
+    findings += jetson(cfg, host, unit)
     if cfg is not None:
         findings.append(_broker(cfg, host))
     return Report(config=str(config_path), cache_dir=str(cache), findings=findings)
@@ -219,9 +192,10 @@ def _asr(cfg: AgentConfig, host: Host, cache: Path) -> Iterator[Finding]:
         host, "asr", ("faster_whisper", "faster-whisper"), why=why, hint=hint
     )
     yield whisper
+    # The arm64 package leaves CTranslate2 to the platform (packaging/vendor.txt).
     ct2_hint = (
         f"on a Jetson: NVIDIA's CUDA build of CTranslate2 in the system Python ({INSTALL_DOC})"
-        if asr.device == "cuda"
+        if asr.device == "cuda" or host.machine() == "aarch64"
         else hint
     )
     ct2, has_ct2 = _module(host, "asr", ("ctranslate2", "ctranslate2"), why=why, hint=ct2_hint)

@@ -2,7 +2,9 @@
 
 `Host` is the interface; `RealHost` asks this machine: which modules the running Python
 can import (without importing the heavy ones: vLLM takes seconds), accounts, files, whether
-CTranslate2 and torch see CUDA, whether NVML answers, and a TCP connect to the broker.
+CTranslate2 and torch see CUDA, whether NVML answers, and a TCP connect to the broker;
+on arm64 also the machine, where a module comes from (the venv or the system's site-packages)
+and the GPU's device nodes.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ import contextlib
 import grp
 import importlib.metadata
 import importlib.util
+import platform
 import pwd
 import socket
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["FileInfo", "Host", "RealHost", "UserInfo"]
+__all__ = ["DeviceNode", "FileInfo", "Host", "RealHost", "UserInfo"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,13 @@ class FileInfo:
     mode: int  # permission bits
     owner: str  # user name, or the uid as text when it has none
     size: int
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str
+    group: str  # group name, or the gid as text when it has none
+    mode: int  # permission bits
 
 
 class Host(Protocol):
@@ -68,6 +79,27 @@ class Host(Protocol):
 
     def connect(self, host: str, port: int, timeout_s: float) -> str | None:
         """None when a TCP connection opens, else the error."""
+        ...
+
+    def machine(self) -> str:
+        """The CPU architecture as Python names it (x86_64, aarch64)."""
+        ...
+
+    def read_text(self, path: str) -> str | None:
+        """A small file's text, None when it does not exist or cannot be read."""
+        ...
+
+    def module_origin(self, module: str) -> tuple[str, bool] | None:
+        """Where `module` would be imported from, and whether that is inside the venv
+        (else the system's site-packages); None when it is not importable."""
+        ...
+
+    def device_nodes(self, pattern: str) -> list[DeviceNode]:
+        """The device nodes matching a glob (/dev/nvhost-*)."""
+        ...
+
+    def member_groups(self, user: str) -> set[str]:
+        """The groups `user` is a member of (primary and supplementary)."""
         ...
 
 
@@ -159,3 +191,50 @@ class RealHost:
                 return None
         except OSError as exc:
             return f"{type(exc).__name__}: {exc.strerror or exc}"
+
+    def machine(self) -> str:
+        return platform.machine()
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with Path(path).open(encoding="utf-8", errors="replace") as f:
+                return f.read(4096)
+        except OSError:
+            return None
+
+    def module_origin(self, module: str) -> tuple[str, bool] | None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        where = spec.origin or next(iter(spec.submodule_search_locations or []), None)
+        if where is None:
+            return None
+        in_venv = sys.prefix != sys.base_prefix and where.startswith(sys.prefix + "/")
+        return where, in_venv
+
+    def device_nodes(self, pattern: str) -> list[DeviceNode]:
+        nodes = []
+        where = Path(pattern)
+        for path in sorted(Path(where.anchor).glob(str(where.relative_to(where.anchor)))):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            group = str(st.st_gid)
+            with contextlib.suppress(KeyError):
+                group = grp.getgrgid(st.st_gid).gr_name
+            nodes.append(DeviceNode(str(path), group, stat.S_IMODE(st.st_mode)))
+        return nodes
+
+    def member_groups(self, user: str) -> set[str]:
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            return set()
+        names = {g.gr_name for g in grp.getgrall() if user in g.gr_mem}
+        with contextlib.suppress(KeyError):
+            names.add(grp.getgrgid(entry.pw_gid).gr_name)
+        return names

@@ -1,8 +1,9 @@
 """The installed unit file, read the way `agentctl doctor` needs it.
 
-Only what the doctor checks: who the service runs as, its directories, its credentials and
-environment. Drop-ins in /etc/systemd/system/edge-agent.service.d/ apply over the unit in
-file-name order; an empty assignment resets a list (`LoadCredential=`), as in systemd.
+Only what the doctor checks: who the service runs as, its directories, its credentials,
+environment and device policy. Drop-ins in /etc/systemd/system/edge-agent.service.d/ apply
+over the unit in file-name order; an empty assignment resets a list (`LoadCredential=`), as
+in systemd.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ UNIT_PATHS = (
     Path("/usr/lib/systemd/system") / UNIT_NAME,
 )
 DROPIN_DIRS = (Path("/etc/systemd/system") / f"{UNIT_NAME}.d",)
-_LISTS = ("LoadCredential", "Environment", "SupplementaryGroups")
+_LISTS = ("LoadCredential", "Environment", "SupplementaryGroups", "DeviceAllow")
 
 
 @dataclass(frozen=True)
