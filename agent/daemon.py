@@ -522,6 +522,7 @@ class Daemon:
             outbox={
                 "depth": self.outbox.depth,
                 "shed": self.outbox.shed,
+                "write_errors": self.outbox.write_errors,
                 "max": self.cfg.outbox.max_events,
             },
             active_alerts=len(active),

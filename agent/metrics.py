@@ -107,6 +107,11 @@ def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[M
     )
     out.gauge("outbox_capacity", "Bound of the outbox.", outbox.get("max"))
     out.counter("outbox_shed", "Alert events dropped from a full outbox.", outbox.get("shed"))
+    out.counter(
+        "outbox_write_errors",
+        "Outbox commits that failed and were retried (the input waits unacknowledged).",
+        outbox.get("write_errors"),
+    )
 
     detect = snap.get("detect", {})
     out.counter("keyword_matches", "Keyword-tier matches.", detect.get("keyword_matches"))

@@ -25,12 +25,15 @@ from pathlib import Path
 from typing import TypeVar
 
 import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from pipelines.alerts import Alert
 
 __all__ = ["Outbox", "OutboxRow", "PendingEvent"]
 
 log = structlog.get_logger(__name__)
+
+_WRITE_RETRY_MAX_S = 5.0  # a failed commit is tried again after 0.2 s, doubling up to this
 T = TypeVar("T")
 
 _SCHEMA = """
@@ -185,6 +188,7 @@ class Outbox:
         self.changed = asyncio.Event()  # set whenever rows were added
         self.depth = 0
         self.shed = 0
+        self.write_errors = 0  # failed commits, each retried (status.outbox.write_errors)
 
     async def open(self) -> None:
         self._store = await self._call(lambda: _Store(self._path, self._max_events))
@@ -206,11 +210,33 @@ class Outbox:
         upserts: Sequence[Alert] = (),
         deletes: Sequence[tuple[str, str]] = (),
     ) -> None:
-        shed, self.depth = await self._run(lambda s: s.append(events, upserts, deletes))
+        """Commit, retrying a failed write (disk full, I/O error, a busy database) until it
+        holds: the caller acknowledges its input only after this returns, so giving up
+        would lose it. Meanwhile the pipeline stops progressing, its WATCHDOG pings stop,
+        and systemd restarts a service whose disk stays broken; the broker then redelivers
+        what was not acknowledged."""
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type((sqlite3.Error, OSError)),
+            wait=wait_exponential(multiplier=0.2, max=_WRITE_RETRY_MAX_S),
+            before_sleep=self._write_failed,
+            reraise=True,
+        ):
+            with attempt:
+                shed, self.depth = await self._run(lambda s: s.append(events, upserts, deletes))
         if shed:
             self.shed += shed
             log.warning("outbox.shed", shed=shed, total=self.shed, bound=self._max_events)
         self.changed.set()
+
+    def _write_failed(self, state: RetryCallState) -> None:
+        self.write_errors += 1
+        exc = state.outcome.exception() if state.outcome is not None else None
+        log.error(
+            "outbox.write_failed",
+            error=repr(exc),
+            attempt=state.attempt_number,
+            path=str(self._path),
+        )
 
     async def peek(self, limit: int = 64) -> list[OutboxRow]:
         return await self._run(lambda s: s.peek(limit))

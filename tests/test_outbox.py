@@ -253,3 +253,26 @@ async def test_ack_of_shed_row_keeps_depth_true(tmp_path: Path) -> None:
         assert box.shed == 1
         await box.ack(in_flight[0].id)  # its PUBACK arrives after it was shed
         assert box.depth == len(await box.peek(limit=100)) == 10
+
+
+async def test_a_failed_commit_is_retried_until_it_holds(tmp_path: Path) -> None:
+    """A write the disk refuses (injected: a real disk cannot be made to fail on cue) is
+    not given up: append returns only once the events are committed, and counts each
+    failure, because its caller acknowledges the input to the broker only then."""
+    async with opened(tmp_path / "outbox.sqlite") as box:
+        store = box._store
+        assert store is not None
+        real = store.append
+        failures = [sqlite3.OperationalError("disk I/O error"), OSError(28, "No space left")]
+
+        def flaky(*args: object) -> tuple[int, int]:
+            if failures:
+                raise failures.pop(0)
+            return real(*args)  # type: ignore[arg-type]
+
+        store.append = flaky  # type: ignore[method-assign]
+        await box.append([event(1)])
+        assert box.write_errors == 2
+        assert seqs(await box.peek()) == [1]
+    async with opened(tmp_path / "outbox.sqlite") as box:  # and it is on disk
+        assert seqs(await box.peek()) == [1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,15 +106,24 @@ class RungStore:
         """Write atomically. Blocking (fsync): call it off the event loop, with the record
         already serialised (`encode`) on the loop so the loop may go on changing it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
         data = record if isinstance(record, bytes) else self.encode(record)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+        # A temporary file of its own: a save whose awaiting task was cancelled still runs
+        # in its thread, and must not write into the next save's file.
+        fd, name = tempfile.mkstemp(
+            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
+        )
+        tmp = Path(name)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        tmp.replace(self.path)
+            try:
+                os.fchmod(fd, 0o640)
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            tmp.replace(self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         dir_fd = os.open(self.path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
