@@ -127,10 +127,11 @@ class Subscriber:
         self.seen = Seen()
         self._task: asyncio.Task[None] | None = None
         self._id = f"chaos-sub-{uuid.uuid4().hex[:6]}"
+        self.connected = asyncio.Event()  # subscribed once: nothing published after is missed
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run())
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(self.connected.wait(), 10)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -145,6 +146,7 @@ class Subscriber:
                     "127.0.0.1", self.port, identifier=self._id, clean_session=False
                 ) as client:
                     await client.subscribe(f"{self.prefix}/#", qos=1)
+                    self.connected.set()
                     async for msg in client.messages:
                         self._take(msg)
             except aiomqtt.MqttError:

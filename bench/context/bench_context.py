@@ -78,6 +78,7 @@ from agent.engine.engine import GenerationResult  # noqa: E402
 from agent.engine.model_prep import model_dir_for  # noqa: E402
 from agent.logsetup import configure_logging  # noqa: E402
 from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
+from bench._common import machine, percentile  # noqa: E402
 from bench.context.synth import SynthSegment, generate_shift  # noqa: E402
 from pipelines.analysis import (  # noqa: E402
     AnalysisLlm,
@@ -217,17 +218,6 @@ class PolicyRun:
     fill_end_h: float = 0.0
     stop_reason: str = ""
     wall_s: float = 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (q=0.5 is the median)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -508,26 +498,6 @@ class Replay:
 
 async def _no_faults(_stream_id: str, _faults: Sequence[AcceptedFault]) -> None:
     return None
-
-
-def machine() -> str:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    desc = f"{cores} CPU cores ({cpu})"
-    try:  # NVML does not create a CUDA context in this process
-        pynvml: Any = importlib.import_module("pynvml")
-        pynvml.nvmlInit()
-        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-        desc = f"{name.decode() if isinstance(name, bytes) else name}, {desc}"
-    except Exception:
-        pass
-    return desc
 
 
 def estimate_hours(
