@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from agent.demo import run_argv  # noqa: E402
 from agent.devbroker import DevBroker  # noqa: E402
+from bench._common import machine, percentile  # noqa: E402
 
 PHRASES = [
     "bearing abnormal noise on roller {n}",
@@ -44,13 +45,6 @@ PHRASES = [
     "轴承异响，{n}号工位",
     "belt slipping on conveyor {n}",
 ]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 async def run_phase(
@@ -123,9 +117,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="edge-agent-bench-"))
     prefix = "bench/line"
     results: dict[str, Any] = {
-        "host": platform.node(),
+        "machine": machine(),
         "python": platform.python_version(),
-        "cpus": __import__("os").cpu_count(),
         "phases": {},
     }
     with DevBroker(workdir=work) as broker:
@@ -174,7 +167,7 @@ def main() -> None:
             agent.send_signal(signal.SIGTERM)
             agent.wait(30)
     print(
-        f"segment-in -> alert-out on loopback ({results['cpus']} CPUs, Python "
+        f"segment-in -> alert-out on loopback ({results['machine']}, Python "
         f"{results['python']}, mosquitto, SQLite synchronous=FULL)"
     )
     print(f"{'phase':8} {'segments':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}")

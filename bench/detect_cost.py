@@ -20,6 +20,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench._common import md_table  # noqa: E402
+
 SET = REPO / "bench" / "quality" / "set" / "dev.yaml"
 LATENCY_PHRASES = [
     "bearing abnormal noise on roller {n}",
@@ -74,11 +78,12 @@ def main() -> int:
     args = ap.parse_args()
     trees = [("old", args.baseline.resolve())] if args.baseline else []
     trees.append(("new", REPO))
-    print("| tree | segments | n | p50 ms | p95 ms | max ms |")
-    print("|---|---|---|---|---|---|")
-    for label, tree in trees:
-        for name, (n, p50, p95, top) in measure(tree, args.passes).items():
-            print(f"| {label} | {name} | {n:.0f} | {p50:.2f} | {p95:.2f} | {top:.2f} |")
+    rows = [
+        [label, name, f"{n:.0f}", f"{p50:.2f}", f"{p95:.2f}", f"{top:.2f}"]
+        for label, tree in trees
+        for name, (n, p50, p95, top) in measure(tree, args.passes).items()
+    ]
+    print(md_table(["tree", "segments", "n", "p50 ms", "p95 ms", "max ms"], rows))
     return 0
 
 

@@ -52,6 +52,7 @@ if str(ROOT) not in sys.path:
 
 from agent.config.loader import load_config  # noqa: E402
 from agent.engine.paths import cache_dir  # noqa: E402
+from bench._common import machine, md_table, percentile  # noqa: E402
 from bench.asr.sentences import SENTENCES, Sentence  # noqa: E402
 from pipelines.asr.decode import decode_clip  # noqa: E402
 from pipelines.asr.settings import AsrSettings  # noqa: E402
@@ -136,13 +137,6 @@ def looped(ref_units: Sequence[str], hyp_units: Sequence[str]) -> bool:
         run = run + 1 if u == prev else 1
         best, prev = max(best, run), u
     return best >= 4 or len(hyp_units) > 2 * len(ref_units) + 4
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 # -- part 1: accuracy and speed -----------------------------------------------------------
@@ -352,12 +346,12 @@ def _pct(d: dict[str, Any]) -> str:
 
 
 def accuracy_table(results: Sequence[ConfigResult]) -> list[str]:
-    head = (
-        "| model | compute | beam | load s | WER en | CER zh | lang ok | fault recall en "
-        "| fault recall zh | false alarms | loops | RTF median | RTF p95 | ms per clip median "
-        "| of which lang id ms |"
-    )
-    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    headers = [
+        "model", "compute", "beam", "load s", "WER en", "CER zh", "lang ok", "fault recall en",
+        "fault recall zh", "false alarms", "loops", "RTF median", "RTF p95",
+        "ms per clip median", "of which lang id ms",
+    ]  # fmt: skip
+    rows: list[list[object]] = []
     for r in results:
         s = r.summary
         en, zh = s["en"], s["zh"]
@@ -368,23 +362,22 @@ def accuracy_table(results: Sequence[ConfigResult]) -> list[str]:
         wrong = en["wrong_fault"] + (zh["wrong_fault"] if zh else 0)
         loops = en["loops"] + (zh["loops"] if zh else 0)
         lid = "n/a" if s["lang_id_ms_median"] is None else f"{s['lang_id_ms_median']:.0f}"
-        lines.append(
-            f"| {r.model} | {r.compute} | {r.beam} | {r.load_s:.2f} | {_pct(en)} | {_pct(zh)} "
-            f"| {lang_ok}/{clips} | {_frac(en, 'recalled', 'fault_clips')} "
-            f"| {_frac(zh, 'recalled', 'fault_clips')} | {false}/{calm}"
-            f"{f' (+{wrong} wrong fault)' if wrong else ''} | {loops} "
-            f"| {s['rtf_en_median']:.3f} | {s['rtf_en_p95']:.3f} | {s['ms_en_median']:.0f} "
-            f"| {lid} |"
-        )
-    return lines
+        rows.append([
+            r.model, r.compute, r.beam, f"{r.load_s:.2f}", _pct(en), _pct(zh),
+            f"{lang_ok}/{clips}", _frac(en, "recalled", "fault_clips"),
+            _frac(zh, "recalled", "fault_clips"),
+            f"{false}/{calm}" + (f" (+{wrong} wrong fault)" if wrong else ""), loops,
+            f"{s['rtf_en_median']:.3f}", f"{s['rtf_en_p95']:.3f}", f"{s['ms_en_median']:.0f}", lid,
+        ])  # fmt: skip
+    return md_table(headers, rows).splitlines()
 
 
 def forced_table(results: Sequence[ConfigResult]) -> list[str]:
-    lines = [
-        "| model | compute | beam | language | catalogue prompt | CER zh | fault recall zh "
-        "| false alarms zh | loops |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    headers = [
+        "model", "compute", "beam", "language", "catalogue prompt", "CER zh", "fault recall zh",
+        "false alarms zh", "loops",
+    ]  # fmt: skip
+    rows: list[list[object]] = []
     for r in results:
         for key, lang, prompt in (
             ("zh", "auto", "yes"),
@@ -394,21 +387,18 @@ def forced_table(results: Sequence[ConfigResult]) -> list[str]:
             d = r.summary[key]
             if not d or not r.forced_zh:
                 continue
-            lines.append(
-                f"| {r.model} | {r.compute} | {r.beam} | {lang} | {prompt} | {_pct(d)} "
-                f"| {_frac(d, 'recalled', 'fault_clips')} "
-                f"| {_frac(d, 'false_alarms', 'calm_clips')} | {d['loops']} |"
-            )
-    return lines
+            rows.append([
+                r.model, r.compute, r.beam, lang, prompt, _pct(d),
+                _frac(d, "recalled", "fault_clips"), _frac(d, "false_alarms", "calm_clips"),
+                d["loops"],
+            ])  # fmt: skip
+    return md_table(headers, rows).splitlines()
 
 
 def transcripts_table(r: ConfigResult) -> list[str]:
     forced = {h.id: h for h in r.forced_zh}
     bare = {h.id: h for h in r.forced_zh_no_prompt}
-    lines = [
-        "| id | expected | heard (lang) | faults | transcript |",
-        "|---|---|---|---|---|",
-    ]
+    rows: list[list[object]] = []
     by_id = {s.id: s for s in SENTENCES}
     for h in r.heard:
         s = by_id[h.id]
@@ -419,10 +409,8 @@ def transcripts_table(r: ConfigResult) -> list[str]:
         if h.id in bare:
             f = bare[h.id]
             text += f" / no prompt: {f.text[:60]} {f.faults or ''}"
-        lines.append(
-            f"| {h.id} | {s.fault or '-'} | {h.lang} | {','.join(h.faults) or '-'} | {text} |"
-        )
-    return lines
+        rows.append([h.id, s.fault or "-", h.lang, ",".join(h.faults) or "-", text])
+    return md_table(["id", "expected", "heard (lang)", "faults", "transcript"], rows).splitlines()
 
 
 # -- part 2: end to end -------------------------------------------------------------------
@@ -596,19 +584,20 @@ def e2e_lines(e2e: dict[str, Any], base: AsrSettings) -> list[str]:
         f"{','.join(base.languages)} (cpu-dev profile); keyword tier only (llm.enabled=false). "
         f"Service start to ASR ready: {e2e['ready_s']:.1f} s.",
         "",
-        "| clips | alerted (right fault) | wrong fault | no alert | clip s median "
-        "| publish -> alert p50 ms | p95 ms | max ms | publish -> transcript p50 ms |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
+    headers = [
+        "clips", "alerted (right fault)", "wrong fault", "no alert", "clip s median",
+        "publish -> alert p50 ms", "p95 ms", "max ms", "publish -> transcript p50 ms",
+    ]  # fmt: skip
+    row: list[object] = [len(clips), 0, 0, len(clips), "", "", "", "", ""]
     if lat:
         tr_p50 = f"{statistics.median(tr):.0f}" if tr else "n/a"
-        lines.append(
-            f"| {len(clips)} | {len(ok)} | {len(wrong)} | {len(clips) - len(ok) - len(wrong)} "
-            f"| {statistics.median(audio):.2f} | {statistics.median(lat):.0f} "
-            f"| {percentile(lat, 0.95):.0f} | {max(lat):.0f} | {tr_p50} |"
-        )
-    else:
-        lines.append(f"| {len(clips)} | 0 | 0 | {len(clips)} | | | | | |")
+        row = [
+            len(clips), len(ok), len(wrong), len(clips) - len(ok) - len(wrong),
+            f"{statistics.median(audio):.2f}", f"{statistics.median(lat):.0f}",
+            f"{percentile(lat, 0.95):.0f}", f"{max(lat):.0f}", tr_p50,
+        ]  # fmt: skip
+    lines += md_table(headers, [row]).splitlines()
     lines += [
         "",
         f"The service's own view (status): segment -> alert (keyword) p50 {ms(seg.get('p50_s'))}"
@@ -622,14 +611,15 @@ def e2e_lines(e2e: dict[str, Any], base: AsrSettings) -> list[str]:
 # -- the run ------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    cpu = vendor = "?"
+def environment() -> dict[str, Any]:
+    """What an ASR result depends on beyond the machine (bench/_common.machine()): the CPU
+    vendor, the CT2_*/OMP_* variables, Python and the decoding packages' versions."""
+    vendor = "?"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and cpu == "?":
-                cpu = line.split(":", 1)[1].strip()
-            elif line.startswith("vendor_id") and vendor == "?":
+            if line.startswith("vendor_id"):
                 vendor = line.split(":", 1)[1].strip()
+                break
     versions: dict[str, str | None] = {}
     for pkg in ("faster-whisper", "ctranslate2", "av", "onnxruntime", "jiwer"):
         try:
@@ -643,8 +633,6 @@ def machine() -> dict[str, Any]:
             )
             versions[tool] = (out.stdout or out.stderr).strip().splitlines()[0]
     return {
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
         # CTranslate2 picks its GEMM library by vendor (Intel MKL only on GenuineIntel,
         # unless CT2_USE_MKL says otherwise), so the vendor and CT2_* belong to the result.
         "vendor": vendor,
@@ -711,13 +699,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     total_s = time.perf_counter() - started
     ci_at_end = ci_running()
 
-    info = machine()
+    info = environment()
     command = shlex.join([".venv/bin/python", "bench/asr/bench_asr.py", *sys.argv[1:]])
     today = dt.date.today().isoformat()
     md = [
         f"# bench/asr on CPU, {today}",
         "",
-        f"- Machine: {info['nproc']} CPUs, {info['cpu']} ({info['vendor']}); "
+        f"- Machine: {machine()}, vendor {info['vendor']}; "
         f"Python {info['python']}; environment: "
         + (" ".join(f"{k}={v}" for k, v in info["env"].items()) or "no CT2_*/OMP_* variables"),
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()),
@@ -793,7 +781,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         payload = {
             "date": today,
             "command": command,
-            "machine": info,
+            "machine": machine(),
+            "environment": info,
             "total_s": total_s,
             "ci_running": {"start": ci_at_start, "end": ci_at_end},
             "settings": base.model_dump(mode="json"),

@@ -78,7 +78,7 @@ from agent.engine.engine import GenerationResult  # noqa: E402
 from agent.engine.model_prep import model_dir_for  # noqa: E402
 from agent.logsetup import configure_logging  # noqa: E402
 from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
-from bench._common import machine, percentile  # noqa: E402
+from bench._common import machine, md_table, percentile  # noqa: E402
 from bench.context.synth import SynthSegment, generate_shift  # noqa: E402
 from pipelines.analysis import (  # noqa: E402
     AnalysisLlm,
@@ -306,13 +306,15 @@ def render_table(meta: Mapping[str, Any], summaries: Mapping[str, Mapping[str, A
         f"{meta['every']} segments ({meta['every'] * meta['seg_s']:g} s of speech); "
         f"answers up to {meta['answer_tokens']} tokens",
         "",
-        "| policy | " + " | ".join(c[1] for c in COLUMNS) + " |",
-        "|---" * (len(COLUMNS) + 1) + "|",
+        md_table(
+            ["policy", *(c[1] for c in COLUMNS)],
+            [
+                [name, *("" if s.get(key) is None else str(s[key]) for key, _ in COLUMNS)]
+                for name, s in summaries.items()
+            ],
+        ),
+        "",
     ]
-    for name, s in summaries.items():
-        cells = ["" if s.get(key) is None else str(s[key]) for key, _ in COLUMNS]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("")
     for key, value in ratios(summaries).items():
         lines.append(f"- {key.replace('_', ' ')}: {value}")
     for name, s in summaries.items():

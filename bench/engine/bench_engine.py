@@ -48,6 +48,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from bench._common import md_table, percentile  # noqa: E402
+
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -344,11 +346,10 @@ async def measure_config(
     with contextlib.suppress(Exception):
         await asyncio.wait_for(decoding, 30)
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(stamps) if t_start <= b <= t_end + 0.5]
-    if gaps:
-        gaps.sort()
+    if (p99 := percentile(gaps, 0.99)) is not None:
         res["itl_p50_ms"] = round(1e3 * statistics.median(gaps), 1)
-        res["itl_p99_ms"] = round(1e3 * gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))], 1)
-        res["itl_max_ms"] = round(1e3 * gaps[-1], 1)
+        res["itl_p99_ms"] = round(1e3 * p99, 1)
+        res["itl_max_ms"] = round(1e3 * max(gaps), 1)
     res["prefill_128k_busy_s"] = round(pre.ttft, 3)
     res["prefill_busy_over_alone"] = round(pre.ttft / res["ttft_128k_s"], 2)
     note(
@@ -544,13 +545,15 @@ def render(results: dict[str, Any], floors: dict[str, Any]) -> str:
         f"Device: {floors.get('device')}, copy {floors.get('copy_gbps')} GB/s, bf16 matmul "
         f"{floors.get('matmul_tflops')} TFLOP/s (measured in this run)",
         "",
-        "| config | " + " | ".join(c[1] for c in cols) + " |",
-        "|---" * (len(cols) + 1) + "|",
+        md_table(
+            ["config", *(c[1] for c in cols)],
+            [
+                [name, *(str(r.get(c[0], "")) for c in cols)]
+                for name, r in results.items()
+                if name != "mtp" and "error" not in r
+            ],
+        ),
     ]
-    for name, r in results.items():
-        if name == "mtp" or "error" in r:
-            continue
-        lines.append(f"| {name} | " + " | ".join(str(r.get(c[0], "")) for c in cols) + " |")
     for name, r in results.items():
         if "error" in r:
             lines.append(f"\n{name}: FAILED: {r['error']}")

@@ -25,8 +25,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import QWEN3_4B, TINY, Prompts, decode_rate, generate, measure_device
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench._common import md_table
+from bench.engine.bench_engine import (
+    QWEN3_4B,
+    TINY,
+    Prompts,
+    decode_rate,
+    generate,
+    measure_device,
+)
 
 T0 = time.monotonic()
 
@@ -91,25 +99,25 @@ def _r(x: float | None, n: int) -> str:
 
 
 def render(results: dict[str, Any], floors: dict[str, Any], cfg: dict[str, Any]) -> str:
-    lines = [
-        "| weights | start s | decode tok/s | weight GB | own floor tok/s | vs own floor "
-        "| vs bf16 floor |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    rows: list[list[object]] = []
     gbps = floors.get("copy_gbps")
     bf16_floor = gbps * 1e9 / weight_bytes(cfg, False) if gbps else None
     for name, r in results.items():
         wb = weight_bytes(cfg, name == "fp8")
         if "error" in r:
-            lines.append(f"| {name} | failed: {r['error'][:80]} | | {wb / 1e9:.2f} | | | |")
+            rows.append([name, f"failed: {r['error'][:80]}", "", f"{wb / 1e9:.2f}", "", "", ""])
             continue
         own = gbps * 1e9 / wb if gbps else None
-        lines.append(
-            f"| {name} | {r['start_s']} | {r['decode_tok_s']} | {wb / 1e9:.2f} | {_r(own, 1)} | "
-            f"{_r(r['decode_tok_s'] / own if own else None, 3)} | "
-            f"{_r(r['decode_tok_s'] / bf16_floor if bf16_floor else None, 3)} |"
-        )
-    return "\n".join(lines)
+        rows.append([
+            name, str(r["start_s"]), str(r["decode_tok_s"]), f"{wb / 1e9:.2f}", _r(own, 1),
+            _r(r["decode_tok_s"] / own if own else None, 3),
+            _r(r["decode_tok_s"] / bf16_floor if bf16_floor else None, 3),
+        ])  # fmt: skip
+    headers = [
+        "weights", "start s", "decode tok/s", "weight GB", "own floor tok/s", "vs own floor",
+        "vs bf16 floor",
+    ]  # fmt: skip
+    return md_table(headers, rows)
 
 
 async def main_async(args: argparse.Namespace) -> None:

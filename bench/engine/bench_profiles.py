@@ -52,7 +52,7 @@ os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rp
 # with "Cannot re-initialize CUDA in forked subprocess" for every profile): spawn it.
 os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
-from bench._common import machine  # noqa: E402
+from bench._common import machine, percentile  # noqa: E402
 from bench.engine.bench_engine import TINY, Prompts, decode_rate, generate  # noqa: E402
 from bench.engine.profile_probe import (  # noqa: E402
     LogTap,
@@ -267,9 +267,9 @@ async def gap_test(llm: Any, p: Prompts, window: int, res: dict[str, Any]) -> No
         b - a for (a, _), (b, _) in itertools.pairwise(stamps) if t_start <= b <= t_end + 0.5
     )
     res["reprefill_s"] = round(pre.ttft, 3)
-    if gaps:
+    if (p99 := percentile(gaps, 0.99)) is not None:
         res["gap_p50_ms"] = round(1e3 * statistics.median(gaps), 1)
-        res["gap_p99_ms"] = round(1e3 * gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))], 1)
+        res["gap_p99_ms"] = round(1e3 * p99, 1)
         res["gap_max_ms"] = round(1e3 * gaps[-1], 1)
 
 

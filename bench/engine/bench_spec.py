@@ -55,6 +55,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # subprocess", the `none` of the 2026-12-01 run). Spawned workers do not inherit it.
 os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
+from bench._common import md_table, percentile  # noqa: E402
 from training.draft.vllm_run import engine_kwargs, load_prompts  # noqa: E402
 
 T0 = time.monotonic()
@@ -149,11 +150,6 @@ async def one(llm: Any, ids: list[int], max_tokens: int) -> dict[str, Any]:
     }
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
 async def run_config(
     name: str, args: argparse.Namespace, prompts: list[list[int]], on_gpu: bool
 ) -> dict[str, Any]:
@@ -182,13 +178,14 @@ async def run_config(
     # caller has not read yet (a busy CPU), so the first may hold several tokens.
     dec_tokens = sum(max(0, len(r["tokens"]) - r["first"]) for r in rows)
     dec_time = sum(r["total"] - r["ttft"] for r in rows if len(r["tokens"]) > r["first"])
+    p95 = percentile([r["total"] for r in rows], 0.95)
     res: dict[str, Any] = {
         "config": name,
         "start_s": round(start_s, 1),
         "requests": len(rows),
         "answer_tokens": sum(len(r["tokens"]) for r in rows),
         "latency_p50_s": round(statistics.median(r["total"] for r in rows), 4),
-        "latency_p95_s": round(pct([r["total"] for r in rows], 0.95), 4),
+        "latency_p95_s": None if p95 is None else round(p95, 4),
         "ttft_p50_s": round(statistics.median(r["ttft"] for r in rows), 4),
         "decode_tok_s": round(dec_tokens / dec_time, 1) if dec_time > 0 else None,
         "drafts": counts.drafts,
@@ -213,16 +210,16 @@ def _dash(x: float | None) -> str:
 
 def render(results: list[dict[str, Any]]) -> str:
     base = next((r for r in results if r.get("config") == "none" and "outputs" in r), None)
-    head = (
-        "| config | start s | acceptance | mean accepted length | decode tok/s | x none "
-        "| latency p50 s | p95 s | TTFT p50 s | same answers as none |"
-    )
-    lines = [head, "|" + "---|" * 10]
+    headers = [
+        "config", "start s", "acceptance", "mean accepted length", "decode tok/s", "x none",
+        "latency p50 s", "p95 s", "TTFT p50 s", "same answers as none",
+    ]  # fmt: skip
+    rows: list[list[object]] = []
     for r in results:
         if "error" in r:
             err = str(r["error"])
             label = err if err.startswith(("not run", "skipped")) else f"failed: {err[:80]}"
-            lines.append(f"| {r['config']} | {label} |" + " |" * 8)
+            rows.append([r["config"], label, *[""] * 8])
             continue
         same = "-"
         if base is not None and r is not base:
@@ -231,13 +228,12 @@ def render(results: list[dict[str, Any]]) -> str:
         speed = "-"
         if base is not None and base.get("decode_tok_s") and r.get("decode_tok_s"):
             speed = f"{r['decode_tok_s'] / base['decode_tok_s']:.2f}"
-        lines.append(
-            f"| {r['config']} | {r['start_s']} | {_dash(r['acceptance_rate'])} | "
-            f"{_dash(r['mean_accepted_length'])} | {r['decode_tok_s']} | {speed} | "
-            f"{r['latency_p50_s']} | "
-            f"{r['latency_p95_s']} | {r['ttft_p50_s']} | {same} |"
-        )
-    return "\n".join(lines)
+        rows.append([  # str(): the values as measured, not md_table's three places
+            r["config"], str(r["start_s"]), _dash(r["acceptance_rate"]),
+            _dash(r["mean_accepted_length"]), str(r["decode_tok_s"]), speed,
+            str(r["latency_p50_s"]), str(r["latency_p95_s"]), str(r["ttft_p50_s"]), same,
+        ])  # fmt: skip
+    return md_table(headers, rows)
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -51,10 +51,10 @@ from agent.logsetup import configure_logging  # noqa: E402
 from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
 from agent.watchdog.ladder import build_ladder  # noqa: E402
 from agent.watchdog.settings import WatchdogSettings  # noqa: E402
+from bench._common import machine, md_table  # noqa: E402
 from bench.context.bench_context import (  # noqa: E402
     PlainLlm,
     WordHashCodec,
-    machine,
     prepare_bench_model,
 )
 from pipelines.analysis import AnalysisSettings, Analyzer  # noqa: E402
@@ -378,18 +378,23 @@ def render(meta: dict[str, Any], kills: Sequence[Kill]) -> str:
         "",
         f"{meta['mode']}; first start {meta['first_start_s']} s; {meta['date']}.",
         "",
-        "| kill | rung after | noticed (s) | backoff (s) | serving again (s) | engine start (s) "
-        "| first analysis (s) | of which the analysis (s) | fault segments in gap | alerted |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for k in kills:
-        lines.append(
-            f"| {k.kill} | {k.rung_after}: {k.rung_name} | {k.noticed_s:.2f} | {k.backoff_s:.2f} "
-            f"| {k.serving_s:.2f} "
-            f"| {k.engine_start_s} | {k.first_analysis_s:.2f} "
-            f"| {k.first_analysis_s - k.serving_s:.2f} | {k.faults_published} "
-            f"| {k.faults_alerted} |"
-        )
+        md_table(
+            [
+                "kill", "rung after", "noticed (s)", "backoff (s)", "serving again (s)",
+                "engine start (s)", "first analysis (s)", "of which the analysis (s)",
+                "fault segments in gap", "alerted",
+            ],
+            [
+                [
+                    k.kill, f"{k.rung_after}: {k.rung_name}", f"{k.noticed_s:.2f}",
+                    f"{k.backoff_s:.2f}", f"{k.serving_s:.2f}", str(k.engine_start_s),
+                    f"{k.first_analysis_s:.2f}", f"{k.first_analysis_s - k.serving_s:.2f}",
+                    k.faults_published, k.faults_alerted,
+                ]
+                for k in kills
+            ],
+        ),
+    ]  # fmt: skip
     med = statistics.median
     lines += [
         "",
