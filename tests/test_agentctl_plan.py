@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.engine.model_configs import SMOLLM2
+from bench.shapes import SMOLLM2
 
 REPO = Path(__file__).resolve().parents[1]
 

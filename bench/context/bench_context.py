@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import importlib
 import json
 import math
 import os
@@ -62,7 +61,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -80,6 +79,7 @@ from agent.logsetup import configure_logging  # noqa: E402
 from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
 from bench._common import machine, md_table, percentile  # noqa: E402
 from bench.context.synth import SynthSegment, generate_shift  # noqa: E402
+from bench.shapes import QWEN3_4B  # noqa: E402
 from pipelines.analysis import (  # noqa: E402
     AnalysisLlm,
     AnalysisReport,
@@ -162,17 +162,11 @@ class PlainLlm:
         )
 
 
-def qwen3_4b_config() -> dict[str, Any]:
-    """The Qwen3-4B shape bench/engine measures (its QWEN3_4B; imported, not copied)."""
-    module = importlib.import_module("bench.engine.bench_engine")
-    return dict(cast("dict[str, Any]", module.QWEN3_4B))
-
-
 def prepare_bench_model(profile: EngineProfile) -> Path:
     """The profile's config-only model folder (random weights): config.json of the
     Qwen3-4B shape, written once at a stable path so vLLM's compile cache finds it again."""
     model_dir = profile.model_path()
-    config = qwen3_4b_config()
+    config = dict(QWEN3_4B)
     path = model_dir / "config.json"
     if not path.exists() or json.loads(path.read_text()) != config:
         model_dir.mkdir(parents=True, exist_ok=True)

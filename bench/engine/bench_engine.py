@@ -49,78 +49,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench._common import md_table, percentile  # noqa: E402
+from bench.shapes import QWEN3_4B, QWEN3_NEXT_SMALL, TINY  # noqa: E402
 
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-QWEN3_4B: dict[str, Any] = {
-    "architectures": ["Qwen3ForCausalLM"],
-    "model_type": "qwen3",
-    "torch_dtype": "bfloat16",
-    "vocab_size": 151936,
-    "hidden_size": 2560,
-    "intermediate_size": 9728,
-    "num_hidden_layers": 36,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "max_position_embeddings": 262144,
-    "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-    "hidden_act": "silu",
-    "attention_bias": False,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-}
-TINY: dict[str, Any] = {
-    **QWEN3_4B,
-    "vocab_size": 4096,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-}
-# Small Qwen3-Next: 8 layers (a full-attention layer every 4, the rest Gated DeltaNet),
-# 16 experts, one MTP layer. Random weights: acceptance means nothing, the mechanics do.
-QWEN3_NEXT_SMALL: dict[str, Any] = {
-    "architectures": ["Qwen3NextForCausalLM"],
-    "model_type": "qwen3_next",
-    "torch_dtype": "bfloat16",
-    "vocab_size": 151936,
-    "hidden_size": 1024,
-    "intermediate_size": 2048,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "head_dim": 128,
-    "full_attention_interval": 4,
-    "linear_num_key_heads": 8,
-    "linear_num_value_heads": 16,
-    "linear_key_head_dim": 64,
-    "linear_value_head_dim": 64,
-    "linear_conv_kernel_dim": 4,
-    "num_experts": 16,
-    "num_experts_per_tok": 4,
-    "moe_intermediate_size": 512,
-    "shared_expert_intermediate_size": 512,
-    "decoder_sparse_step": 1,
-    "norm_topk_prob": True,
-    "mlp_only_layers": [],
-    "max_position_embeddings": 65536,
-    "partial_rotary_factor": 0.25,
-    "rope_theta": 10000000.0,
-    "rms_norm_eps": 1e-6,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "num_nextn_predict_layers": 1,
-    "mtp_num_hidden_layers": 1,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "attention_bias": False,
-}
 
 
 def shape_params(cfg: dict[str, Any]) -> int:

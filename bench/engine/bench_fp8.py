@@ -27,14 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench._common import md_table
-from bench.engine.bench_engine import (
-    QWEN3_4B,
-    TINY,
-    Prompts,
-    decode_rate,
-    generate,
-    measure_device,
-)
+from bench.engine.bench_engine import Prompts, decode_rate, generate, measure_device
+from bench.shapes import QWEN3_4B, TINY
 
 T0 = time.monotonic()
 

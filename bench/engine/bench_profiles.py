@@ -1,13 +1,13 @@
 """The edge profiles measured on the H200 under their own memory caps (issue 20).
 
 Each run starts vLLM exactly as the service would for a profile (agent.engine.args), with
-random weights of the shape the Orin profiles are sized for (HYBRID_4B below, GPTQ int4 with
-`load_format="dummy"`), and measures: memory after load, at a full window and the KV layout
-vLLM built (torch counters in the worker, NVML per process, /proc RSS, vLLM's own log lines),
-start time, TTFT of the full window and of a 4.5K segment appended to it, batch-1 decode,
-and the longest decode gap while another stream re-prefills a window. The H200 is capped
-like the device: a fixed KV size stays as it is; a `gpu_memory_utilization` is rescaled to
-the same bytes of this card (util x profile memory / card total).
+random weights of the shape the Orin profiles are sized for (bench/shapes.py's HYBRID_4B,
+GPTQ int4 with `load_format="dummy"`), and measures: memory after load, at a full window and
+the KV layout vLLM built (torch counters in the worker, NVML per process, /proc RSS, vLLM's
+own log lines), start time, TTFT of the full window and of a 4.5K segment appended to it,
+batch-1 decode, and the longest decode gap while another stream re-prefills a window. The
+H200 is capped like the device: a fixed KV size stays as it is; a `gpu_memory_utilization` is
+rescaled to the same bytes of this card (util x profile memory / card total).
 
 Two deliberate departures from the profiles as written (the first no longer applies: the
 profiles were fixed after the 2026-12-01 run), recorded in results.json when they apply:
@@ -53,7 +53,7 @@ os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rp
 os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
 from bench._common import machine, percentile  # noqa: E402
-from bench.engine.bench_engine import TINY, Prompts, decode_rate, generate  # noqa: E402
+from bench.engine.bench_engine import Prompts, decode_rate, generate  # noqa: E402
 from bench.engine.profile_probe import (  # noqa: E402
     LogTap,
     hybrid_block_size,
@@ -62,50 +62,8 @@ from bench.engine.profile_probe import (  # noqa: E402
     worker_kv,
     worker_memory,
 )
+from bench.shapes import HYBRID_4B, TINY  # noqa: E402
 
-# A 4B-class Qwen3-Next-style hybrid, the layout docs/profiles.md sizes the Orin profiles
-# for: 48 layers, a full-attention layer every 4 (12, 2 KV heads of 256: 12 KB/token in fp8),
-# 36 Gated DeltaNet layers (16 key / 32 value heads of 128: 1.1 MB of state each), one MTP
-# layer, 151,936 tokens of vocabulary, 3.9 B parameters, GPTQ 4-bit (group 128) weights.
-# The MLP is dense (6144): vLLM's Qwen3NextForCausalLM (and its MTP module) require at
-# least one MoE layer, so layer 0 (and the MTP layer, also numbered 0) is a fully-routed
-# MoE of 4 x 1536 with top-4, the same bytes and FLOPs as the dense 6144.
-HYBRID_4B: dict[str, Any] = {
-    "architectures": ["Qwen3NextForCausalLM"],
-    "model_type": "qwen3_next",
-    "torch_dtype": "bfloat16",
-    "vocab_size": 151936,
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "num_hidden_layers": 48,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "full_attention_interval": 4,
-    "linear_num_key_heads": 16,
-    "linear_num_value_heads": 32,
-    "linear_key_head_dim": 128,
-    "linear_value_head_dim": 128,
-    "linear_conv_kernel_dim": 4,
-    "num_experts": 4,
-    "num_experts_per_tok": 4,
-    "moe_intermediate_size": 1536,
-    "shared_expert_intermediate_size": 0,
-    "decoder_sparse_step": 1,
-    "norm_topk_prob": True,
-    "mlp_only_layers": list(range(1, 48)),
-    "max_position_embeddings": 262144,
-    "partial_rotary_factor": 0.25,
-    "rope_theta": 10000000.0,
-    "rms_norm_eps": 1e-6,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "attention_bias": False,
-    "num_nextn_predict_layers": 1,
-    "mtp_num_hidden_layers": 1,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-}
 GPTQ_INT4 = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False}
 SEGMENT = 4500
 

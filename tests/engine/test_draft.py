@@ -18,8 +18,8 @@ from agent.engine.adapters import MODELS_ENV
 from agent.engine.draft import DraftInvalid, find_draft, resolve_draft, validate_draft
 from agent.engine.profile import EngineProfile, load_engine_profile
 from agent.engine.speculative import choose_speculation
+from bench.shapes import QWEN3_NEXT, SMOLLM2
 from tests.engine.conftest import ModelDirFactory
-from tests.engine.model_configs import QWEN3_NEXT, SMOLLM2
 
 torch = pytest.importorskip("torch")
 eagle3 = pytest.importorskip("training.draft.eagle3")

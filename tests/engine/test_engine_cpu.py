@@ -25,8 +25,8 @@ from agent.engine import (  # noqa: E402
     EngineStartError,
     plan_memory,
 )
+from bench.shapes import SMOLLM2  # noqa: E402
 from tests.engine.conftest import ModelDirFactory  # noqa: E402
-from tests.engine.model_configs import SMOLLM2  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 

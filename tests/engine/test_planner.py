@@ -19,8 +19,8 @@ from agent.engine import (
     plan_memory,
 )
 from agent.engine.profile import DeviceSettings, MemorySettings
+from bench.shapes import QWEN3_4B, QWEN3_NEXT, SMOLLM2, smollm2_tensor_shapes
 from tests.engine.conftest import ModelDirFactory
-from tests.engine.model_configs import QWEN3_4B, QWEN3_NEXT, SMOLLM2, smollm2_tensor_shapes
 
 GiB = 1 << 30
 K128 = 131072

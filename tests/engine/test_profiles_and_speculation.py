@@ -14,8 +14,8 @@ from agent.engine.paths import CACHE_DIR_ENV, default_model_dir
 from agent.engine.profile import SpeculativeSettings
 from agent.engine.repetition import RepetitionGuard, tail_repeats
 from agent.engine.speculative import AcceptanceController, choose_speculation, detect_mtp
+from bench.shapes import QWEN3_4B, QWEN3_NEXT
 from tests.engine.conftest import ModelDirFactory
-from tests.engine.model_configs import QWEN3_4B, QWEN3_NEXT
 
 PROFILES = ["cpu-dev", "orin-nx-8gb", "orin-nx-16gb", "rtx4070-laptop-8gb", "h200-bench"]
 
