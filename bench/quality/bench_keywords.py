@@ -18,24 +18,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
-import signal
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import aiomqtt
 
-from agent.demo import run_argv
-from agent.devbroker import DevBroker
 from bench._common import machine, md_table
-from bench.quality.bench_quality import REPO, RESULTS, Case, Run, _payloads, load_set, score_tier
+from bench.quality.bench_quality import (
+    REPO,
+    Case,
+    Run,
+    _payloads,
+    load_set,
+    on_message,
+    score_tier,
+    service,
+    write_results,
+)
 
 _LIMIT_S = 600.0
 _HEADERS = ["matcher", "lang", "keyword-named found", "recall", "paraphrased found", "recall",
@@ -62,41 +65,13 @@ def _commit(tree: Path) -> str:
 async def run_tree(label: str, tree: Path, cases: Sequence[Case]) -> Run:
     """The service of `tree` (its code, its configs/agent.yaml) over the set's streams."""
     run = Run(label, model_line=_commit(tree))
-    work = Path(tempfile.mkdtemp(prefix=f"edge-agent-kw-{label}-"))
-    prefix = f"quality/{uuid.uuid4().hex[:8]}"
     t0 = time.monotonic()
-    with DevBroker(workdir=work) as broker:
-        argv = run_argv(
-            tree / "configs" / "agent.yaml",
-            [
-                f"mqtt.port={broker.port}",
-                f"mqtt.topic_prefix={prefix}",
-                f"outbox.path={work / 'outbox.sqlite'}",
-                f"control.socket_path={work / 'control.sock'}",
-                "metrics.enabled=false",
-                "asr.enabled=false",
-                "llm.enabled=false",
-                "mqtt.status_interval_s=1",
-                "ingest.max_streams=1024",
-                "streams.defaults.alerts.debounce_s=0",
-            ],
-        )
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        with (work / "service.log").open("wb") as log:
-            child = subprocess.Popen(  # noqa: ASYNC220  (started once, before any work)
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tree
-            )
-        try:
-            await _drive(run, broker.port, prefix, cases, child)
-        finally:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.to_thread(child.wait, 60)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+    config = tree / "configs" / "agent.yaml"
+    settings = ["llm.enabled=false", "mqtt.status_interval_s=1"]
+    async with service(label, config, settings, tree=tree) as (port, prefix, child, log_path):
+        await _drive(run, port, prefix, cases, child)
     run.wall_s = time.monotonic() - t0
-    print(f"-- {label}: {tree} in {run.wall_s:.0f} s (log {work / 'service.log'})")
+    print(f"-- {label}: {tree} in {run.wall_s:.0f} s (log {log_path})")
     return run
 
 
@@ -108,17 +83,8 @@ async def _drive(
 
     async def consume(client: aiomqtt.Client) -> None:
         async for msg in client.messages:
-            payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
-            topic = msg.topic.value
-            if topic.endswith("/available") and payload == b"online":
-                online.set()
-            elif topic.endswith("/status"):
-                statuses.append(json.loads(payload))
-            elif topic.endswith("/alerts"):
-                alert = json.loads(payload)["alert"]
-                run.alerts.setdefault(alert["stream_id"], {}).setdefault(
-                    alert["fault"].split(":", 1)[0], set()
-                ).update(alert.get("sources") or [alert["source"]])
+            if (status := on_message(run, online, msg)) is not None:
+                statuses.append(status)
 
     def settled() -> bool:
         """Every segment through the detector and two statuses in a row that agree on
@@ -192,12 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     text, data = report(args.part, cases, runs)
     print(text)
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-        (RESULTS / f"{args.part}-keyword-{stamp}.md").write_text(text, encoding="utf-8")
-        (RESULTS / f"{args.part}-keyword-{stamp}.json").write_text(
-            json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8"
-        )
+        write_results(f"{args.part}-keyword", text, data)
     return 0
 
 

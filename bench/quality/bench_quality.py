@@ -32,7 +32,7 @@ import tempfile
 import time
 import unicodedata
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -106,14 +106,18 @@ def _payloads(prefix: str, cases: Sequence[Case]) -> list[tuple[str, bytes]]:
     return out
 
 
-async def _run_service(label: str, overrides: Sequence[str], cases: Sequence[Case]) -> Run:
-    run = Run(label)
+@contextlib.asynccontextmanager
+async def service(
+    label: str, config: Path, overrides: Sequence[str], *, tree: Path | None = None
+) -> AsyncIterator[tuple[int, str, subprocess.Popen[bytes], Path]]:
+    """A fresh broker and `edge-agent run` on `config` with the set's overrides: yields the
+    broker's port, the topic prefix, the child and its log; stops the child on the way out.
+    `tree`: run another checkout's code (on PYTHONPATH, in its folder)."""
     work = Path(tempfile.mkdtemp(prefix=f"edge-agent-quality-{label}-"))
     prefix = f"quality/{uuid.uuid4().hex[:8]}"
-    t0 = time.monotonic()
     with DevBroker(workdir=work) as broker:
         argv = run_argv(
-            CONFIG,
+            config,
             [
                 f"mqtt.port={broker.port}",
                 f"mqtt.topic_prefix={prefix}",
@@ -121,18 +125,19 @@ async def _run_service(label: str, overrides: Sequence[str], cases: Sequence[Cas
                 f"control.socket_path={work / 'control.sock'}",
                 "metrics.enabled=false",
                 "asr.enabled=false",
-                "mqtt.status_interval_s=2",
                 "ingest.max_streams=1024",
-                "logging.level=debug",
                 "streams.defaults.alerts.debounce_s=0",
                 *overrides,
             ],
         )
+        env = {**os.environ, "PYTHONPATH": str(tree)} if tree else os.environ
         log_path = work / "service.log"
         with log_path.open("wb") as log:  # started once, before the loop has work to do
-            child = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=os.environ)  # noqa: ASYNC220
+            child = subprocess.Popen(  # noqa: ASYNC220
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tree
+            )
         try:
-            await _drive(run, broker.port, prefix, cases, child)
+            yield broker.port, prefix, child, log_path
         finally:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -140,7 +145,45 @@ async def _run_service(label: str, overrides: Sequence[str], cases: Sequence[Cas
                     await asyncio.to_thread(child.wait, 60)
                 except subprocess.TimeoutExpired:
                     child.kill()
-        _read_log(run, log_path)
+
+
+def on_message(run: Run, online: asyncio.Event, msg: aiomqtt.Message) -> dict[str, Any] | None:
+    """One message of the service: `online` set on the availability, an alert recorded in
+    `run`; a status is returned (parsed), anything else None."""
+    payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
+    topic = msg.topic.value
+    if topic.endswith("/available"):
+        if payload == b"online":
+            online.set()
+    elif topic.endswith("/status"):
+        status: dict[str, Any] = json.loads(payload)
+        return status
+    elif topic.endswith("/alerts"):
+        alert = json.loads(payload)["alert"]
+        tiers = run.alerts.setdefault(alert["stream_id"], {}).setdefault(
+            alert["fault"].split(":", 1)[0], set()
+        )
+        tiers.update(alert.get("sources") or [alert["source"]])
+    return None
+
+
+def write_results(stem: str, text: str, data: dict[str, Any]) -> None:
+    """bench/quality/results/<stem>-<date>.md and .json."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    (RESULTS / f"{stem}-{stamp}.md").write_text(text, encoding="utf-8")
+    (RESULTS / f"{stem}-{stamp}.json").write_text(
+        json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8"
+    )
+
+
+async def _run_service(label: str, overrides: Sequence[str], cases: Sequence[Case]) -> Run:
+    run = Run(label)
+    t0 = time.monotonic()
+    settings = ["mqtt.status_interval_s=2", "logging.level=debug", *overrides]
+    async with service(label, CONFIG, settings) as (port, prefix, child, log_path):
+        await _drive(run, port, prefix, cases, child)
+    _read_log(run, log_path)
     run.wall_s = time.monotonic() - t0
     print(f"-- {label}: {len(run.analyses)} analyses in {run.wall_s:.0f} s (log {log_path})")
     return run
@@ -155,21 +198,10 @@ async def _drive(
 
     async def consume(client: aiomqtt.Client) -> None:
         async for msg in client.messages:
-            payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
-            topic = msg.topic.value
-            if topic.endswith("/available"):
-                if payload == b"online":
-                    online.set()
-            elif topic.endswith("/status"):
+            if (fresh := on_message(run, online, msg)) is not None:
                 status.clear()
-                status.update(json.loads(payload))
+                status.update(fresh)
                 changed.set()
-            elif topic.endswith("/alerts"):
-                alert = json.loads(payload)["alert"]
-                tiers = run.alerts.setdefault(alert["stream_id"], {}).setdefault(
-                    alert["fault"].split(":", 1)[0], set()
-                )
-                tiers.update(alert.get("sources") or [alert["source"]])
 
     async def until(test: Any, limit: float, what: str) -> None:
         deadline = time.monotonic() + limit
@@ -414,12 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     text, data = report(args.part, cases, runs)
     print(text)
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-        (RESULTS / f"{args.part}-{stamp}.md").write_text(text, encoding="utf-8")
-        (RESULTS / f"{args.part}-{stamp}.json").write_text(
-            json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8"
-        )
+        write_results(args.part, text, data)
     return 0
 
 
