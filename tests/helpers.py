@@ -18,6 +18,7 @@ import aiomqtt
 import pytest
 
 from agent.demo import run_argv
+from agent.devsubscriber import PersistentSubscriber
 from pipelines.compat import timeout as async_timeout
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,44 +74,19 @@ class Received:
         return json.loads(self.payload)
 
 
-class MqttWatcher:
-    """Subscribes to `<prefix>/#` with a persistent session and reconnects by itself, so
-    it keeps receiving (queued QoS 1 messages included) across broker restarts."""
+class MqttWatcher(PersistentSubscriber):
+    """Every message on `<prefix>/#`, kept across broker restarts (a persistent session
+    that reconnects by itself: agent.devsubscriber)."""
 
     def __init__(self, port: int, prefix: str) -> None:
-        self.port = port
-        self.prefix = prefix
+        super().__init__(port, prefix, name="watch")
         self.messages: list[Received] = []
-        self._task: asyncio.Task[None] | None = None
-        self._client_id = f"watch-{uuid.uuid4().hex[:8]}"
-        self.connected = asyncio.Event()
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-        await asyncio.wait_for(self.connected.wait(), 10)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                async with aiomqtt.Client(
-                    "127.0.0.1", self.port, identifier=self._client_id, clean_session=False
-                ) as client:
-                    await client.subscribe(f"{self.prefix}/#", qos=1)
-                    self.connected.set()
-                    async for msg in client.messages:
-                        payload = msg.payload if isinstance(msg.payload, bytes) else b""
-                        self.messages.append(
-                            Received(msg.topic.value, bytes(payload), bool(msg.retain), time.time())
-                        )
-            except aiomqtt.MqttError:
-                self.connected.clear()
-                await asyncio.sleep(0.2)
+    def take(self, msg: aiomqtt.Message) -> None:
+        payload = msg.payload if isinstance(msg.payload, bytes) else b""
+        self.messages.append(
+            Received(msg.topic.value, bytes(payload), bool(msg.retain), time.time())
+        )
 
     def on(self, suffix: str) -> list[Received]:
         topic = f"{self.prefix}/{suffix}"

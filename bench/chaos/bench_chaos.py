@@ -46,6 +46,7 @@ from paho.mqtt.properties import Properties
 
 from agent.demo import run_argv
 from agent.devbroker import DevBroker
+from agent.devsubscriber import PersistentSubscriber
 from bench._common import machine, md_table, percentile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,40 +120,14 @@ class Seen:
     online: float | None = None
 
 
-class Subscriber:
-    """A persistent session on <prefix>/#, reconnecting across broker restarts."""
+class Subscriber(PersistentSubscriber):
+    """What the service published on <prefix>/#, across broker restarts."""
 
     def __init__(self, port: int, prefix: str) -> None:
-        self.port, self.prefix = port, prefix
+        super().__init__(port, prefix, name="chaos-sub")
         self.seen = Seen()
-        self._task: asyncio.Task[None] | None = None
-        self._id = f"chaos-sub-{uuid.uuid4().hex[:6]}"
-        self.connected = asyncio.Event()  # subscribed once: nothing published after is missed
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-        await asyncio.wait_for(self.connected.wait(), 10)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                async with aiomqtt.Client(
-                    "127.0.0.1", self.port, identifier=self._id, clean_session=False
-                ) as client:
-                    await client.subscribe(f"{self.prefix}/#", qos=1)
-                    self.connected.set()
-                    async for msg in client.messages:
-                        self._take(msg)
-            except aiomqtt.MqttError:
-                await asyncio.sleep(0.2)
-
-    def _take(self, msg: aiomqtt.Message) -> None:
+    def take(self, msg: aiomqtt.Message) -> None:
         payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
         topic = msg.topic.value
         if topic.endswith("/alerts"):
