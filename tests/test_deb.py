@@ -39,6 +39,7 @@ import pytest
 
 from agent import __version__
 from tests.deb import BuiltDeb, ensure_debs, missing_prerequisites, payload
+from tests.jetson import ARM64_DEBIAN_JETSON
 from tests.nspawn import Container, ensure_root, host_arch
 
 _why_not = missing_prerequisites()
@@ -328,16 +329,7 @@ def test_agentctl_doctor_names_what_is_missing(box: Container, arch: str) -> Non
     if arch == "amd64":
         assert jetson == {}
     else:  # an arm64 Debian, not a Jetson: the GPU's pieces are named, as warnings (CPU)
-        assert jetson == {
-            "L4T": "warn",
-            "vendor torch": "skip",
-            "vendor vllm": "skip",
-            "vendor ctranslate2": "skip",
-            "/dev/nvmap": "warn",
-            "/dev/nvhost-*": "warn",
-            "device policy": "ok",
-            "groups video, render": "ok",
-        }, jetson
+        assert jetson == ARM64_DEBIAN_JETSON, jetson
         argv = ["agentctl", "doctor", "--json", "--set", "profile=orin-nx-16gb"]
         orin = box.run(argv, check=False)
         found = json.loads(orin.stdout)["findings"]

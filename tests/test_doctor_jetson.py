@@ -11,6 +11,7 @@ from agent.doctor import Report, diagnose, read_unit
 from agent.doctor.host import DeviceNode
 from agent.doctor.jetson import VENDOR
 from agent.doctor.unit import Unit
+from tests.jetson import ARM64_DEBIAN_JETSON
 from tests.lock import read_vendor
 from tests.test_doctor import CONFIG, EVERYTHING, SHIPPED_UNIT, FakeHost, file, installed
 
@@ -82,16 +83,7 @@ def test_the_emulated_arm64_debian(tmp_path: Path) -> None:
     host = FakeHost(arch="aarch64", modules=bare, files=installed(tmp_path))
     unit = unit_with(tmp_path)
     cpu = diagnose(CONFIG, host, unit=unit, cache_dir=tmp_path)
-    assert jetson(cpu) == {
-        "L4T": "warn",
-        "vendor torch": "skip",
-        "vendor vllm": "skip",
-        "vendor ctranslate2": "skip",
-        "/dev/nvmap": "warn",
-        "/dev/nvhost-*": "warn",
-        "device policy": "ok",
-        "groups video, render": "ok",
-    }
+    assert jetson(cpu) == ARM64_DEBIAN_JETSON
     assert [(f.area, f.check) for f in cpu.missing] == [
         ("llm", "vllm"),
         ("llm", "torch"),
