@@ -114,6 +114,7 @@ class StandIn:
         self.applied: list[tuple[int, bool]] = []
         self._health = health
         self.critical = False
+        self.critical_checks = 0  # how often the manager asked: it is still deciding
 
     async def apply_config(self, loaded: Any, *, engine: bool) -> None:
         self.loaded = loaded
@@ -126,6 +127,7 @@ class StandIn:
         return self._health()
 
     def critical_analysis_running(self) -> bool:
+        self.critical_checks += 1
         return self.critical
 
 
@@ -193,7 +195,12 @@ async def test_an_engine_change_waits_while_a_critical_analysis_runs(tmp_path: P
         doc = keys.doc("fleet/line-3", 1, {"llm": {"max_output_tokens": 128}})
         await _run_one(manager, acks, doc, 1)
         assert acks[-1]["status"] == "deferred" and manager.phase == "deferred"
-        await asyncio.sleep(0.5)
+        # The manager asked again (twice more) and found the analysis still running: it is
+        # waiting, not slow to apply.
+        checks = host.critical_checks
+        async with timeout(20):
+            while host.critical_checks < checks + 2:
+                await asyncio.sleep(0.01)
         assert host.applied == []  # still waiting
         host.critical = False  # the same document goes on by itself
         async with timeout(20):
