@@ -15,6 +15,19 @@ from tests.helpers import AgentProcess, MqttWatcher
 REPO = Path(__file__).resolve().parents[1]
 AGENT_YAML = REPO / "configs" / "agent.yaml"
 
+# What starts a real process of the system (mosquitto, the daemon, vLLM's engine core): a
+# test that uses one of these fixtures, or is marked broker or vllm, is `slow`, so that
+# `-m "not slow"` runs no real process.
+_PROCESS_FIXTURES = frozenset({"broker", "agent_factory", "watcher", "engine"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        marked = any(item.get_closest_marker(m) for m in ("broker", "vllm"))
+        if (marked or fixtures & _PROCESS_FIXTURES) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[DevBroker]:

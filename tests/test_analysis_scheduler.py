@@ -109,7 +109,9 @@ async def test_segments_arriving_during_an_analysis_are_coalesced() -> None:
         say(a, "mic1", seq)
     llm.gate.set()
     await until(lambda: a.analyses == 2 and not a.snapshot()["waiting"])
-    await asyncio.sleep(0.1)
+    # Nothing running, waiting or pending: no third analysis can come, however long one waits.
+    snap = a.snapshot()
+    assert snap["running"] == 0 and snap["streams"]["mic1"]["pending_lines"] == 0
     task.cancel()
     assert a.analyses == 2
     assert len(llm.prompts[1]) > len(llm.prompts[0])  # the second saw all five

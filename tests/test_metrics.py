@@ -33,6 +33,8 @@ def _status(w: MqttWatcher) -> dict[str, Any] | None:
     return st[-1].json() if st else None
 
 
+@pytest.mark.broker
+@pytest.mark.slow
 async def test_the_running_service_serves_metrics_that_agree_with_its_status(
     agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker
 ) -> None:
@@ -111,6 +113,8 @@ async def test_the_running_service_serves_metrics_that_agree_with_its_status(
     assert sample(again, "edge_agent_segments_received_total") == 3
 
 
+@pytest.mark.broker
+@pytest.mark.slow
 async def test_a_taken_port_costs_the_metrics_only(
     agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker
 ) -> None:

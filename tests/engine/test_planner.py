@@ -91,6 +91,7 @@ def test_dense_qwen3_4b_refused_by_orin_16gb_at_128k(model_dir: ModelDirFactory)
     assert "the engine needs" in plan.verdict
 
 
+@pytest.mark.slow  # the real Engine: imports vLLM, watches for child processes
 async def test_engine_refuses_a_profile_that_cannot_fit(model_dir: ModelDirFactory) -> None:
     psutil = pytest.importorskip("psutil")
     from agent.engine import Engine
