@@ -1,7 +1,8 @@
 """Engine benchmark: vLLM defaults against our tuned profile, in one run, on one machine.
 
-Model: random weights of a 4B-class dense shape (Qwen3-4B: 36 layers, hidden 2560, 8 KV
-heads of 128), `load_format="dummy"`, no tokenizer, token-id prompts. Configurations:
+Model: random weights of a 4B-class dense shape (bench/shapes.py's QWEN3_4B, Qwen3-4B's
+published config with YaRN x4 for 128K: 36 layers, hidden 2560, 8 KV heads of 128),
+`load_format="dummy"`, no tokenizer, token-id prompts. Configurations:
 
     defaults   vLLM's own settings (only the model, dummy weights and the context length)
     eager      no CUDA graphs, no torch.compile
