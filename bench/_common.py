@@ -45,7 +45,8 @@ def machine() -> str:
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A markdown table; None prints as an em dash, floats with three significant places."""
+    """A markdown table; None prints as an em dash, floats with three significant places, a
+    string as it is (format a measured value before, to keep its digits)."""
 
     def cell(value: object) -> str:
         if value is None:
@@ -54,6 +55,9 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
             return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
         return str(value)
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    def line(cells: Sequence[str]) -> str:  # an empty cell is "| |"
+        return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+
+    lines = [line(headers), "|" + "---|" * len(headers)]
+    lines += [line([cell(v) for v in row]) for row in rows]
     return "\n".join(lines)
