@@ -17,24 +17,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import subprocess
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import aiomqtt
 
 from bench._common import machine, md_table
 from bench.quality.bench_quality import (
     REPO,
     Case,
     Run,
-    _payloads,
+    Service,
     load_set,
-    on_message,
+    published,
     score_tier,
     service,
     write_results,
@@ -65,26 +61,16 @@ def _commit(tree: Path) -> str:
 async def run_tree(label: str, tree: Path, cases: Sequence[Case]) -> Run:
     """The service of `tree` (its code, its configs/agent.yaml) over the set's streams."""
     run = Run(label, model_line=_commit(tree))
-    t0 = time.monotonic()
-    config = tree / "configs" / "agent.yaml"
     settings = ["llm.enabled=false", "mqtt.status_interval_s=1"]
-    async with service(label, config, settings, tree=tree) as (port, prefix, child, log_path):
-        await _drive(run, port, prefix, cases, child)
-    run.wall_s = time.monotonic() - t0
-    print(f"-- {label}: {tree} in {run.wall_s:.0f} s (log {log_path})")
+    async with service(run, tree / "configs" / "agent.yaml", settings, tree=tree) as svc:
+        await _settle(run, svc, cases)
+    print(f"-- {label}: {tree} in {run.wall_s:.0f} s (log {svc.log})")
     return run
 
 
-async def _drive(
-    run: Run, port: int, prefix: str, cases: Sequence[Case], child: subprocess.Popen[bytes]
-) -> None:
+async def _settle(run: Run, svc: Service, cases: Sequence[Case]) -> None:
+    """The set published; back once the detector went through it and the alerts are out."""
     statuses: list[dict[str, Any]] = []
-    online = asyncio.Event()
-
-    async def consume(client: aiomqtt.Client) -> None:
-        async for msg in client.messages:
-            if (status := on_message(run, online, msg)) is not None:
-                statuses.append(status)
 
     def settled() -> bool:
         """Every segment through the detector and two statuses in a row that agree on
@@ -94,34 +80,25 @@ async def _drive(
         a, b = statuses[-2], statuses[-1]
         done = sum(s["segments"] for s in b["streams"].values()) >= total
         events = sum(b["alerts"]["events"].values())
-        return done and a["alerts"]["published"] == b["alerts"]["published"] >= events
+        return bool(done and a["alerts"]["published"] == b["alerts"]["published"] >= events)
 
     total = sum(len(c.segments) for c in cases)
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"kw-{uuid.uuid4().hex[:6]}") as c:
-        for topic in ("alerts", "available", "status"):
-            await c.subscribe(f"{prefix}/{topic}", qos=1)
-        consumer = asyncio.create_task(consume(c))
-        await asyncio.wait_for(online.wait(), 120)
-        for topic, body in _payloads(prefix, cases):
-            await c.publish(topic, body, qos=1)
+    async with published(run, svc, cases, statuses.append):
         deadline = time.monotonic() + _LIMIT_S
         while not settled():
-            if child.poll() is not None:
-                raise RuntimeError(f"the service exited ({child.returncode})")
+            if svc.child.poll() is not None:
+                raise RuntimeError(f"the service exited ({svc.child.returncode})")
             if time.monotonic() > deadline:
                 raise TimeoutError("the detector did not get through the set")
             await asyncio.sleep(0.5)
         run.status = statuses[-1]
-        consumer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await consumer
 
 
 def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, dict[str, Any]]:
     data: dict[str, Any] = {"part": part, "machine": machine(), "streams": len(cases), "runs": {}}
     rows = []
     for run in runs:
-        entry = {"tree": run.model_line, "wall_s": run.wall_s, "tiers": {}}
+        entry: dict[str, Any] = {"tree": run.model_line, "wall_s": run.wall_s, "tiers": {}}
         for lang in ("en", "zh", None):
             s = score_tier(cases, run, "keyword", lang)
             entry["tiers"][lang or "all"] = s

@@ -32,7 +32,7 @@ import tempfile
 import time
 import unicodedata
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -106,14 +106,25 @@ def _payloads(prefix: str, cases: Sequence[Case]) -> list[tuple[str, bytes]]:
     return out
 
 
+@dataclass(frozen=True)
+class Service:
+    """A running service of the bench: its broker's port, topic prefix, process and log."""
+
+    port: int
+    prefix: str
+    child: subprocess.Popen[bytes]
+    log: Path
+
+
 @contextlib.asynccontextmanager
 async def service(
-    label: str, config: Path, overrides: Sequence[str], *, tree: Path | None = None
-) -> AsyncIterator[tuple[int, str, subprocess.Popen[bytes], Path]]:
-    """A fresh broker and `edge-agent run` on `config` with the set's overrides: yields the
-    broker's port, the topic prefix, the child and its log; stops the child on the way out.
-    `tree`: run another checkout's code (on PYTHONPATH, in its folder)."""
-    work = Path(tempfile.mkdtemp(prefix=f"edge-agent-quality-{label}-"))
+    run: Run, config: Path, overrides: Sequence[str], *, tree: Path | None = None
+) -> AsyncIterator[Service]:
+    """A fresh broker and `edge-agent run` on `config` with the set's overrides; the child
+    is stopped on the way out and `run.wall_s` set. `tree`: run another checkout's code (on
+    PYTHONPATH, in its folder)."""
+    t0 = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"edge-agent-quality-{run.label}-"))
     prefix = f"quality/{uuid.uuid4().hex[:8]}"
     with DevBroker(workdir=work) as broker:
         argv = run_argv(
@@ -137,7 +148,7 @@ async def service(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tree
             )
         try:
-            yield broker.port, prefix, child, log_path
+            yield Service(broker.port, prefix, child, log_path)
         finally:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -145,9 +156,10 @@ async def service(
                     await asyncio.to_thread(child.wait, 60)
                 except subprocess.TimeoutExpired:
                     child.kill()
+            run.wall_s = time.monotonic() - t0
 
 
-def on_message(run: Run, online: asyncio.Event, msg: aiomqtt.Message) -> dict[str, Any] | None:
+def _on_message(run: Run, online: asyncio.Event, msg: aiomqtt.Message) -> dict[str, Any] | None:
     """One message of the service: `online` set on the availability, an alert recorded in
     `run`; a status is returned (parsed), anything else None."""
     payload = bytes(msg.payload) if isinstance(msg.payload, bytes | bytearray) else b""
@@ -167,6 +179,37 @@ def on_message(run: Run, online: asyncio.Event, msg: aiomqtt.Message) -> dict[st
     return None
 
 
+@contextlib.asynccontextmanager
+async def published(
+    run: Run, svc: Service, cases: Sequence[Case], on_status: Callable[[Any], None]
+) -> AsyncIterator[float]:
+    """Subscribed to the service's alerts, availability and status; once it is online, every
+    segment of `cases` published at QoS 1 (yields the monotonic time publishing began).
+    Alerts go into `run`, each status to `on_status`, until the block ends."""
+    online = asyncio.Event()
+
+    async def consume(client: aiomqtt.Client) -> None:
+        async for msg in client.messages:
+            if (status := _on_message(run, online, msg)) is not None:
+                on_status(status)
+
+    client_id = f"quality-{uuid.uuid4().hex[:6]}"
+    async with aiomqtt.Client("127.0.0.1", svc.port, identifier=client_id) as c:
+        for topic in ("alerts", "available", "status"):
+            await c.subscribe(f"{svc.prefix}/{topic}", qos=1)
+        consumer = asyncio.create_task(consume(c))
+        try:
+            await asyncio.wait_for(online.wait(), 120)
+            began = time.monotonic()
+            for topic, body in _payloads(svc.prefix, cases):
+                await c.publish(topic, body, qos=1)
+            yield began
+        finally:
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+
+
 def write_results(stem: str, text: str, data: dict[str, Any]) -> None:
     """bench/quality/results/<stem>-<date>.md and .json."""
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -179,29 +222,23 @@ def write_results(stem: str, text: str, data: dict[str, Any]) -> None:
 
 async def _run_service(label: str, overrides: Sequence[str], cases: Sequence[Case]) -> Run:
     run = Run(label)
-    t0 = time.monotonic()
     settings = ["mqtt.status_interval_s=2", "logging.level=debug", *overrides]
-    async with service(label, CONFIG, settings) as (port, prefix, child, log_path):
-        await _drive(run, port, prefix, cases, child)
-    _read_log(run, log_path)
-    run.wall_s = time.monotonic() - t0
-    print(f"-- {label}: {len(run.analyses)} analyses in {run.wall_s:.0f} s (log {log_path})")
+    async with service(run, CONFIG, settings) as svc:
+        await _drive(run, svc, cases)
+    _read_log(run, svc.log)
+    print(f"-- {label}: {len(run.analyses)} analyses in {run.wall_s:.0f} s (log {svc.log})")
     return run
 
 
-async def _drive(
-    run: Run, port: int, prefix: str, cases: Sequence[Case], child: subprocess.Popen[bytes]
-) -> None:
+async def _drive(run: Run, svc: Service, cases: Sequence[Case]) -> None:
+    child = svc.child
     status: dict[str, Any] = {}
-    online = asyncio.Event()
     changed = asyncio.Event()
 
-    async def consume(client: aiomqtt.Client) -> None:
-        async for msg in client.messages:
-            if (fresh := on_message(run, online, msg)) is not None:
-                status.clear()
-                status.update(fresh)
-                changed.set()
+    def fresh(new: dict[str, Any]) -> None:
+        status.clear()
+        status.update(new)
+        changed.set()
 
     async def until(test: Any, limit: float, what: str) -> None:
         deadline = time.monotonic() + limit
@@ -215,15 +252,8 @@ async def _drive(
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, 5.0))
 
-    async with aiomqtt.Client("127.0.0.1", port, identifier=f"quality-{uuid.uuid4().hex[:6]}") as c:
-        for topic in ("alerts", "available", "status"):
-            await c.subscribe(f"{prefix}/{topic}", qos=1)
-        consumer = asyncio.create_task(consume(c))
-        await asyncio.wait_for(online.wait(), 120)
-        began = time.monotonic()
-        for topic, body in _payloads(prefix, cases):
-            await c.publish(topic, body, qos=1)
-        total = sum(len(case.segments) for case in cases)
+    total = sum(len(case.segments) for case in cases)
+    async with published(run, svc, cases, fresh) as began:
 
         def engine_settled(s: dict[str, Any]) -> bool:
             return (s.get("llm") or {}).get("state") in ("running", "refused", "degraded")
@@ -251,7 +281,6 @@ async def _drive(
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(changed.wait(), 10)
         run.status = dict(status)
-        consumer.cancel()
 
 
 def _read_log(run: Run, path: Path) -> None:
