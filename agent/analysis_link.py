@@ -19,8 +19,8 @@ from typing import Any
 import structlog
 
 from agent.engine import EngineDead, EngineNotRunning
-from agent.engine.engine import GenerationResult
 from agent.engine.lazy import require_module
+from agent.engine.results import GenerationResult
 from agent.supervisor import EngineSupervisor
 from pipelines.analysis import LlmUnavailable
 from pipelines.analysis_prompt import ChatFrame, chat_frame_of, encode_texts

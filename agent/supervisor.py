@@ -55,7 +55,7 @@ from agent.engine import (
     EngineProfile,
     EngineWontFit,
 )
-from agent.engine.engine import ChatMessage, GenerationResult
+from agent.engine.results import ChatMessage, GenerationResult
 from agent.engine.stats import EngineStats
 from agent.watchdog.events import EventLog
 from agent.watchdog.ladder import KvRates, Rung, build_ladder, ladder_fingerprint

@@ -6,15 +6,7 @@ engine starts (or a model is converted), so the planner and the profiles work an
 
 from __future__ import annotations
 
-from agent.engine.engine import (
-    ChatMessage,
-    Engine,
-    EngineHealth,
-    EngineInfo,
-    EngineState,
-    GenerationChunk,
-    GenerationResult,
-)
+from agent.engine.engine import Engine
 from agent.engine.errors import (
     EngineDead,
     EngineError,
@@ -26,6 +18,14 @@ from agent.engine.model_prep import ModelPrepError, ensure_default_model
 from agent.engine.planner import MemoryPlan, PlanError, plan_memory
 from agent.engine.profile import EngineProfile, ProfileError, load_engine_profile
 from agent.engine.repetition import RepetitionGuard
+from agent.engine.results import (
+    ChatMessage,
+    EngineHealth,
+    EngineInfo,
+    EngineState,
+    GenerationChunk,
+    GenerationResult,
+)
 from agent.engine.speculative import AcceptanceController, choose_speculation, detect_mtp
 from agent.engine.stats import EngineStats
 

@@ -1,6 +1,6 @@
 """From a profile to vLLM's engine arguments and environment (pure; vLLM not imported).
 
-Kept apart from engine.py so that what we ask vLLM for can be read and tested without
+Kept apart from vllm_api.py so that what we ask vLLM for can be read and tested without
 starting anything, and so the version-tolerance rule lives in one place: keys the installed
 vLLM does not know are dropped with a warning instead of failing the start (the service runs
 vLLM 0.32 on CPU and 0.26 on the GPU machines, whose argument sets differ).

@@ -1,150 +1,54 @@
-"""Our wrapper of vLLM's in-process AsyncLLM: start, generate, abort, health, stats, shutdown.
+"""The embedded engine: `Engine`, the one object the supervisor and the pipelines hold.
 
-The supervisor and the pipelines depend on this small surface, never on vLLM. AsyncLLM
-always runs its engine core in a child process: that child is what an OOM kill takes, and
-vLLM's EngineDeadError (re-raised here as EngineDead) is how we learn it.
-
-Decisions worth knowing:
-- Starting blocks for seconds to minutes (model load, torch.compile, graph capture), so the
-  AsyncLLM is constructed in a worker thread; the event loop keeps serving MQTT and keyword
-  alerts meanwhile. vLLM supports construction outside a loop (its output tasks start
-  lazily); we start them right after, so an engine-core failure is seen before the first
-  request.
-- The planner runs before vLLM is touched: a profile that cannot fit is refused with the
-  planner's sentence (EngineWontFit) instead of an OOM in the middle of vLLM's startup.
-- Prompts are tokenized with our own tokenizer instance on one dedicated thread: the
-  Rust tokenizer is not safe to share with vLLM's detokenizer across threads, and a long
-  transcript takes long enough to tokenize that it must not run on the loop.
-- shutdown() aborts in-flight requests first (their streams end with finish_reason
-  "abort" instead of hanging), then joins the engine core; after it no child is left, so
-  start() can run again in the same process (the watchdog's restart).
+It owns the engine's state machine (stopped, starting, running, stopping, dead) and its
+public surface: start / restart / shutdown, encode / generate / complete / abort, health,
+stats and the engine-core process ids. The parts live beside it, each in its module:
+- run.py: one engine run: plan, start vLLM in a worker thread, stop it leaving no child;
+- generate.py: streaming one request, the repetition guard, collecting a result;
+- tokenizer.py: our own tokenizer instance, used on one dedicated thread per run;
+- results.py: the types handed back (EngineInfo, EngineHealth, GenerationChunk, ...);
+- vllm_api.py: vLLM itself, the only module that imports it. AsyncLLM always runs its
+  engine core in a child process: that child is what an OOM kill takes, and vLLM's
+  EngineDeadError (re-raised as EngineDead) is how we learn it.
+The engine never restarts itself: the supervisor decides when, and on which profile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import gc
-import importlib.util
 import time
 import uuid
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 
-from agent.engine.args import apply_engine_env, engine_kwargs, supported_kwargs
-from agent.engine.draft import resolve_draft
-from agent.engine.errors import (
-    EngineDead,
-    EngineError,
-    EngineNotRunning,
-    EngineStartError,
-    EngineWontFit,
-)
-from agent.engine.lazy import optional_module, require_module
+from agent.engine.errors import EngineDead, EngineError, EngineNotRunning, EngineStartError
+from agent.engine.generate import collect, request_params, stream
 from agent.engine.model_prep import ModelChoice, ModelPrepError, resolve_model
-from agent.engine.planner import MemoryPlan, PlanError, plan_memory
 from agent.engine.profile import EngineProfile
-from agent.engine.repetition import RepetitionGuard, tail_repeats
-from agent.engine.speculative import AcceptanceController, SpeculationPlan, choose_speculation
-from agent.engine.stats import EngineStats, StatsCollector, stat_logger_factory
+from agent.engine.repetition import RepetitionGuard
+from agent.engine.results import (
+    ChatMessage,
+    EngineHealth,
+    EngineInfo,
+    EngineState,
+    GenerationChunk,
+    GenerationResult,
+)
+from agent.engine.run import Run, start_run, stop_run
+from agent.engine.speculative import AcceptanceController
+from agent.engine.stats import EngineStats, StatsCollector
+from agent.engine.tokenizer import encode, encode_chat
+from agent.engine.vllm_api import vllm_installed
 from pipelines.latency import TOKEN_BUCKETS_S, LatencyWindow
 
-__all__ = [
-    "ChatMessage",
-    "Engine",
-    "EngineHealth",
-    "EngineInfo",
-    "EngineState",
-    "GenerationChunk",
-    "GenerationResult",
-]
+__all__ = ["Engine"]
 
 log = structlog.get_logger(__name__)
 
-ChatMessage = Mapping[str, str]  # {"role": ..., "content": ...}
-EngineState = Literal["stopped", "starting", "running", "stopping", "dead"]
 DEFAULT_GUARD = RepetitionGuard()
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    vllm_version: str
-    backend: str
-    model_dir: Path
-    model: ModelChoice
-    start_seconds: float
-    kv_capacity_tokens: int | None
-    max_model_len: int
-    spec_method: str
-    spec_k: int
-    plan_verdict: str
-    spec_reason: str = ""  # why this method: MTP found, the draft used, or why not
-
-
-@dataclass(frozen=True)
-class EngineHealth:
-    state: EngineState
-    healthy: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class GenerationChunk:
-    """New output since the previous chunk of one request."""
-
-    request_id: str
-    text: str
-    token_ids: tuple[int, ...]
-    finished: bool
-    finish_reason: str | None  # stop, length, abort, repetition, error
-    num_prompt_tokens: int
-    num_cached_tokens: int | None  # prompt tokens served from the prefix cache
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    request_id: str
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_cached_tokens: int | None
-    ttft_s: float | None
-    total_s: float
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        """Decode rate after the first token (None for fewer than two tokens)."""
-        if self.ttft_s is None or len(self.token_ids) < 2 or self.total_s <= self.ttft_s:
-            return None
-        return (len(self.token_ids) - 1) / (self.total_s - self.ttft_s)
-
-
-@dataclass
-class _Run:
-    """Everything that belongs to one started engine; dropped whole at shutdown."""
-
-    llm: Any
-    profile: EngineProfile
-    info: EngineInfo
-    plan: MemoryPlan
-    spec: SpeculationPlan
-    collector: StatsCollector
-    controller: AcceptanceController | None
-    tokenizer: Any | None
-    tokenize_pool: ThreadPoolExecutor
-    dead_error: type[BaseException] | None
-    supports_repetition: bool
-    started_at: float
-    active: set[str] = dataclasses.field(default_factory=set)
-    requests: int = 0
-    generated_tokens: int = 0
 
 
 class Engine:
@@ -152,7 +56,7 @@ class Engine:
 
     def __init__(self) -> None:
         self._state: EngineState = "stopped"
-        self._run: _Run | None = None
+        self._run: Run | None = None
         self._transition = asyncio.Lock()
         self._restarts = 0
         self._last_profile: EngineProfile | None = None
@@ -252,131 +156,26 @@ class Engine:
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
-    async def _start(self, profile: EngineProfile, speculative_k: int | None) -> _Run:
+    async def _start(self, profile: EngineProfile, speculative_k: int | None) -> Run:
         try:
             choice = await asyncio.to_thread(resolve_model, profile)
         except ModelPrepError as exc:
             raise EngineStartError(_name_missing_vllm(str(exc))) from exc
         self.model = choice
-        model_dir = choice.path
-        plan, spec = await asyncio.to_thread(
-            _plan, model_dir, profile, speculative_k, choice.adapter
-        )
-        if not plan.fits:
-            log.error("engine_refused", model=str(model_dir), verdict=plan.verdict)
-            raise EngineWontFit(plan.verdict, plan.render())
-        controller = (
-            AcceptanceController(profile.speculative, spec.k) if spec.method != "off" else None
-        )
-        collector = StatsCollector(
-            on_spec=controller.observe if controller else None,
-            ttft=self.ttft,
-            per_token=self.per_token,
-        )
-        apply_engine_env(profile)
-        t0 = time.perf_counter()
-        holder: list[Any] = []
-        construct = asyncio.ensure_future(
-            asyncio.to_thread(_construct, profile, model_dir, spec, collector, holder)
-        )
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-tokenize")
-        try:
-            # shield: a cancelled start cannot stop the thread; let it finish, then stop
-            # the engine it built (the except below) instead of leaking its process.
-            meta = await asyncio.shield(construct)
-            llm = holder.pop()
-            # Start vLLM's output tasks on our loop now (constructed off-loop they would
-            # start at the first request), so an engine-core failure is noticed while idle.
-            run_handler = getattr(llm, "_run_output_handler", None)
-            if callable(run_handler):
-                run_handler()
-            tokenizer = None
-            if not profile.skip_tokenizer_init:
-                tokenizer = await asyncio.get_running_loop().run_in_executor(
-                    pool, _load_tokenizer, model_dir
-                )
-            if profile.warmup:
-                await _warm_up(llm, detokenize=not profile.skip_tokenizer_init)
-        except BaseException as exc:
-            pool.shutdown(wait=False)
-            try:
-                await construct
-            except BaseException as built_exc:
-                # Usually `exc` itself; a second failure of the build is worth a line.
-                if built_exc is not exc and isinstance(built_exc, Exception):
-                    log.warning("engine_construct_failed", error=repr(built_exc))
-            if holder:  # built, then something failed (or we were cancelled) after it
-                try:
-                    await asyncio.to_thread(holder.pop().shutdown)
-                except Exception:  # a half-built engine: log what its shutdown raised
-                    log.exception("engine_partial_shutdown_failed", model=str(model_dir))
-            log.error("engine_start_failed", model=str(model_dir), error=repr(exc))
-            if isinstance(exc, Exception):
-                raise EngineStartError(f"vLLM failed to start: {exc}") from exc
-            raise
-        elapsed = time.perf_counter() - t0
-        collector.on_config(llm.vllm_config)
-        info = EngineInfo(
-            vllm_version=meta["version"],
-            backend=meta["backend"],
-            model_dir=model_dir,
-            model=choice,
-            start_seconds=round(elapsed, 2),
-            kv_capacity_tokens=collector.kv_capacity_tokens,
-            max_model_len=profile.max_model_len,
-            spec_method=spec.method,
-            spec_k=spec.k,
-            plan_verdict=plan.verdict,
-            spec_reason=spec.reason,
-        )
-        log.info(
-            "engine_started",
-            vllm_version=info.vllm_version,
-            backend=info.backend,
-            model=str(model_dir),
-            model_line=choice.line(),
-            start_s=info.start_seconds,
-            kv_capacity_tokens=info.kv_capacity_tokens,
-            max_model_len=profile.max_model_len,
-            dtype=profile.dtype,
-            kv_cache_dtype=profile.kv_cache_dtype,
-            executor=profile.executor,
-            enforce_eager=profile.enforce_eager,
-            spec_method=spec.method,
-            spec_k=spec.k,
-            spec_reason=spec.reason,
-            plan=plan.verdict,
-        )
-        return _Run(
-            llm=llm,
-            profile=profile,
-            info=info,
-            plan=plan,
-            spec=spec,
-            collector=collector,
-            controller=controller,
-            tokenizer=tokenizer,
-            tokenize_pool=pool,
-            dead_error=meta["dead_error"],
-            supports_repetition=meta["repetition_params"] is not None,
-            started_at=time.monotonic(),
+        return await start_run(
+            profile, choice, speculative_k, ttft=self.ttft, per_token=self.per_token
         )
 
-    async def _teardown(self, run: _Run, timeout: float | None = 30.0) -> None:
+    async def _teardown(self, run: Run, timeout: float | None = 30.0) -> None:
         self._last_controller = run.controller
-        if run.active and not run.llm.errored:
-            await run.llm.abort(list(run.active))
-        t0 = time.perf_counter()
-        # Joins the engine-core process: blocking, so off the loop. vLLM's shutdown is
-        # written to be called from another thread (it cancels its tasks thread-safely).
-        await asyncio.to_thread(run.llm.shutdown, timeout)
-        run.tokenize_pool.shutdown(wait=False)
-        run.llm = None
-        gc.collect()  # drop the AsyncLLM now, not at interpreter exit (its __del__ warns)
-        log.info("engine_stopped", shutdown_s=round(time.perf_counter() - t0, 2))
+        await stop_run(run, timeout)
+
+    def _died(self, exc: BaseException) -> None:
+        self._state = "dead"
+        log.error("engine_dead", error=str(exc))
 
     # -- requests ------------------------------------------------------------------------
-    def _require(self) -> _Run:
+    def _require(self) -> Run:
         run = self._run
         if run is None or self._state != "running":
             if self._state == "dead":
@@ -389,7 +188,7 @@ class Engine:
         run = self._require()
         tok = _need_tokenizer(run)
         loop = asyncio.get_running_loop()
-        ids = await loop.run_in_executor(run.tokenize_pool, _encode, tok, text)
+        ids = await loop.run_in_executor(run.tokenize_pool, encode, tok, text)
         return ids
 
     async def encode_chat(self, messages: Sequence[ChatMessage]) -> list[int]:
@@ -398,7 +197,7 @@ class Engine:
         tok = _need_tokenizer(run)
         loop = asyncio.get_running_loop()
         msgs = [dict(m) for m in messages]
-        ids = await loop.run_in_executor(run.tokenize_pool, _encode_chat, tok, msgs)
+        ids = await loop.run_in_executor(run.tokenize_pool, encode_chat, tok, msgs)
         return ids
 
     async def generate(
@@ -431,7 +230,7 @@ class Engine:
             ids = [int(t) for t in prompt]  # type: ignore[arg-type]
         if not ids:
             raise EngineError("empty prompt")
-        params = _sampling_params(
+        params = request_params(
             run,
             max_tokens=max_tokens,
             temperature=temperature,
@@ -442,74 +241,14 @@ class Engine:
             repetition=repetition,
         )
         rid = request_id or uuid.uuid4().hex
-        own_guard = repetition if repetition is not None and not run.supports_repetition else None
-        async with contextlib.aclosing(self._stream(run, ids, params, rid, own_guard)) as chunks:
+        own_guard = (
+            repetition if repetition is not None and not run.vllm.supports_repetition else None
+        )
+        async with contextlib.aclosing(
+            stream(run, ids, params, rid, own_guard=own_guard, died=self._died)
+        ) as chunks:
             async for chunk in chunks:
                 yield chunk
-
-    async def _stream(
-        self,
-        run: _Run,
-        ids: list[int],
-        params: Any,
-        rid: str,
-        own_guard: RepetitionGuard | None,
-    ) -> AsyncGenerator[GenerationChunk, None]:
-        prompt = {"prompt_token_ids": ids}  # vLLM's TokensPrompt is this TypedDict
-        produced: list[int] = []
-        t0 = last = time.perf_counter()
-        run.active.add(rid)
-        run.requests += 1
-        # aclosing: vLLM's generator holds the AsyncLLM; left un-closed after our early
-        # return it would keep the engine alive until interpreter exit.
-        stream = run.llm.generate(prompt, params, rid)
-        try:
-            async with contextlib.aclosing(stream):
-                async for out in stream:
-                    comp = out.outputs[0]
-                    new = tuple(comp.token_ids)
-                    now = time.perf_counter()
-                    if new:
-                        if not produced:
-                            run.collector.on_first_token(now - t0)
-                        else:
-                            run.collector.on_tokens(now - last, len(new))
-                        last = now
-                        produced.extend(new)
-                        run.generated_tokens += len(new)
-                    reason = comp.finish_reason
-                    finished = bool(out.finished)
-                    if not finished and own_guard and tail_repeats(produced, own_guard):
-                        await run.llm.abort(rid)
-                        finished, reason = True, "repetition"
-                    if finished:
-                        # Release vLLM's stream and our bookkeeping before the last yield:
-                        # a consumer that stops at the final chunk never resumes us.
-                        await stream.aclose()
-                        run.active.discard(rid)
-                    yield GenerationChunk(
-                        request_id=rid,
-                        text=comp.text,
-                        token_ids=new,
-                        finished=finished,
-                        finish_reason=str(reason) if reason is not None else None,
-                        num_prompt_tokens=len(ids),
-                        num_cached_tokens=out.num_cached_tokens if finished else None,
-                    )
-                    if finished:
-                        return
-        except EngineError:
-            raise
-        except Exception as exc:
-            if run.dead_error is not None and isinstance(exc, run.dead_error):
-                self._state = "dead"
-                log.error("engine_dead", error=str(exc))
-                raise EngineDead(str(exc)) from exc
-            # A bad request (prompt longer than max_model_len, invalid schema, ...): the
-            # engine itself is fine. Callers see our exception type, never vLLM's.
-            raise EngineError(f"{type(exc).__name__}: {exc}") from exc
-        finally:
-            run.active.discard(rid)
 
     async def complete(
         self,
@@ -517,48 +256,18 @@ class Engine:
         **kwargs: Any,
     ) -> GenerationResult:
         """generate() collected into one result (same keyword arguments)."""
-        t0 = time.perf_counter()
-        ttft: float | None = None
-        text: list[str] = []
-        tokens: list[int] = []
-        last: GenerationChunk | None = None
-        async for chunk in self.generate(prompt, **kwargs):
-            if chunk.token_ids and ttft is None:
-                ttft = time.perf_counter() - t0
-            text.append(chunk.text)
-            tokens.extend(chunk.token_ids)
-            last = chunk
-        if last is None:
-            raise EngineError("the engine returned no output")
-        return GenerationResult(
-            request_id=last.request_id,
-            text="".join(text),
-            token_ids=tuple(tokens),
-            finish_reason=last.finish_reason,
-            num_prompt_tokens=last.num_prompt_tokens,
-            num_cached_tokens=last.num_cached_tokens,
-            ttft_s=ttft,
-            total_s=time.perf_counter() - t0,
-        )
+        return await collect(self.generate(prompt, **kwargs))
 
     async def abort(self, request_id: str) -> None:
         """Abort one request; its stream ends with finish_reason "abort"."""
         run = self._require()
-        await run.llm.abort(request_id)
+        await run.vllm.abort(request_id)
 
     def core_pids(self) -> list[int]:
         """Process ids of the engine-core child(ren): what an OOM kill takes. Read from
         vLLM's process manager (an internal: [] where a version lays it out differently)."""
         run = self._run
-        if run is None or run.llm is None:
-            return []
-        manager = getattr(
-            getattr(getattr(run.llm, "engine_core", None), "resources", None),
-            "engine_manager",
-            None,
-        )
-        procs = getattr(manager, "processes", None) or []
-        return [int(p.pid) for p in procs if getattr(p, "pid", None)]
+        return run.vllm.core_pids() if run is not None else []
 
     # -- health and stats ----------------------------------------------------------------
     async def health(self, timeout: float = 5.0) -> EngineHealth:
@@ -566,11 +275,10 @@ class Engine:
         if run is None or self._state != "running":
             return EngineHealth(self._state, False, f"engine is {self._state}")
         try:
-            await asyncio.wait_for(run.llm.check_health(), timeout)
+            await asyncio.wait_for(run.vllm.check_health(), timeout)
         except Exception as exc:
-            if run.llm.errored:
-                self._state = "dead"
-                log.error("engine_dead", error=str(exc))
+            if run.vllm.errored:
+                self._died(exc)
             return EngineHealth(self._state, False, f"{type(exc).__name__}: {exc}")
         return EngineHealth("running", True, "ok")
 
@@ -601,141 +309,15 @@ class Engine:
         )
 
 
-# -- helpers run in worker threads ----------------------------------------------------------
-
-
-def _plan(
-    model_dir: Path, profile: EngineProfile, k: int | None, adapter: str | None = None
-) -> tuple[MemoryPlan, SpeculationPlan]:
-    try:
-        plan = plan_memory(model_dir, profile)
-        draft, note = None, None
-        if profile.speculative.method in ("auto", "draft"):
-            draft, note = resolve_draft(profile.speculative.draft, adapter, model_dir)
-            if note and profile.speculative.method == "draft":
-                log.warning("spec_draft_unavailable", reason=note)
-        spec = choose_speculation(profile, model_dir, k, draft, note)
-    except (PlanError, ValueError) as exc:
-        raise EngineStartError(str(exc)) from exc
-    return plan, spec
-
-
-def _construct(
-    profile: EngineProfile,
-    model_dir: Path,
-    spec: SpeculationPlan,
-    collector: StatsCollector,
-    holder: list[Any],
-) -> dict[str, Any]:
-    """Create the AsyncLLM and put it into `holder` (not returned: see below).
-
-    vLLM and the libraries it imports on the way keep some caught exceptions, whose
-    tracebacks keep this frame alive (frames reference their callers). A local or a
-    return value holding the AsyncLLM would then outlive shutdown(), and its __del__
-    would run at interpreter exit, when vLLM's module globals are already gone.
-    """
-    vllm = require_module("vllm")
-    arg_utils = require_module("vllm.engine.arg_utils")
-    async_llm = require_module("vllm.v1.engine.async_llm")
-    platform = require_module("vllm.platforms").current_platform
-    backend = str(getattr(platform, "device_type", "unknown"))
-    log.info(
-        "engine_starting", vllm_version=vllm.__version__, backend=backend, model=str(model_dir)
-    )
-    known = {f.name for f in dataclasses.fields(arg_utils.AsyncEngineArgs)}
-    kwargs = supported_kwargs(engine_kwargs(profile, model_dir, spec), known)
-    if isinstance(kwargs.get("structured_outputs_config"), dict):
-        config = require_module("vllm.config")
-        kwargs["structured_outputs_config"] = config.StructuredOutputsConfig(
-            **kwargs["structured_outputs_config"]
-        )
-    args = arg_utils.AsyncEngineArgs(**kwargs)
-    exceptions = optional_module("vllm.v1.engine.exceptions")
-    sampling = require_module("vllm.sampling_params")
-    factory = stat_logger_factory(collector)
-    holder.append(async_llm.AsyncLLM.from_engine_args(args, stat_loggers=[factory]))
-    return {
-        "version": str(vllm.__version__),
-        "backend": backend,
-        "dead_error": getattr(exceptions, "EngineDeadError", None),
-        "repetition_params": getattr(sampling, "RepetitionDetectionParams", None),
-    }
-
-
-async def _warm_up(llm: Any, *, detokenize: bool) -> None:
-    """A 4-token greedy request on token ids valid in any vocabulary; straight to vLLM so
-    that it does not count in our latency statistics."""
-    sp = require_module("vllm.sampling_params")
-    params = sp.SamplingParams(
-        max_tokens=4, temperature=0.0, ignore_eos=True, detokenize=detokenize
-    )
-    stream = llm.generate({"prompt_token_ids": [1, 2, 3, 4, 5, 6, 7, 8]}, params, "warmup")
-    async with contextlib.aclosing(stream):
-        async for _ in stream:
-            pass
-
-
-def _load_tokenizer(model_dir: Path) -> Any:
-    transformers = require_module("transformers")
-    return transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-
-
-def _encode(tokenizer: Any, text: str) -> list[int]:
-    return [int(t) for t in tokenizer.encode(text, add_special_tokens=False)]
-
-
-def _encode_chat(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
-    # Render to text, then encode: apply_chat_template(tokenize=True) returns different
-    # types across transformers 4 and 5. The template adds its own special tokens.
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return _encode(tokenizer, str(text))
-
-
-def _need_tokenizer(run: _Run) -> Any:
+def _need_tokenizer(run: Run) -> Any:
     if run.tokenizer is None:
         raise EngineError("profile has skip_tokenizer_init: pass token ids, not text")
     return run.tokenizer
 
 
-def _sampling_params(
-    run: _Run,
-    *,
-    max_tokens: int,
-    temperature: float,
-    top_p: float,
-    seed: int | None,
-    json_schema: Mapping[str, Any] | None,
-    stop: list[str],
-    repetition: RepetitionGuard | None,
-) -> Any:
-    sp = require_module("vllm.sampling_params")
-    kw: dict[str, Any] = {
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "top_p": top_p,
-        "seed": seed,
-        "output_kind": sp.RequestOutputKind.DELTA,  # chunks carry only what is new
-    }
-    if run.tokenizer is None:
-        kw["detokenize"] = False  # skip_tokenizer_init: token ids only
-    if stop:
-        kw["stop"] = stop
-    if json_schema is not None:
-        if run.tokenizer is None:
-            raise EngineError("JSON schemas need the tokenizer (skip_tokenizer_init is set)")
-        kw["structured_outputs"] = sp.StructuredOutputsParams(json=dict(json_schema))
-    if repetition is not None and run.supports_repetition:
-        kw["repetition_detection"] = sp.RepetitionDetectionParams(
-            max_pattern_size=repetition.max_pattern,
-            min_pattern_size=repetition.min_pattern,
-            min_count=repetition.min_count,
-        )
-    return sp.SamplingParams(**kw)
-
-
 def _name_missing_vllm(error: str) -> str:
     """On a device without vLLM the default model cannot be prepared either (its converter
     needs torch): name vLLM first, or the status would send the operator after a model."""
-    if importlib.util.find_spec("vllm") is None:
+    if not vllm_installed():
         return f"vLLM is not installed (see `agentctl doctor`); and: {error}"
     return error

@@ -1,11 +1,9 @@
 """Engine statistics: what vLLM reports per step, plus latencies we time ourselves.
 
-vLLM hands each engine step's `SchedulerStats` / `IterationStats` to every stat logger
-passed to AsyncLLM. Its interface is marked unstable, so the logger is a thin adapter
-(`stat_logger_factory`, built when vLLM is imported) over a plain collector that reads the
-fields by name and treats missing ones as zero. The collector runs on the event loop (the
-AsyncLLM output handler calls it), but a lock keeps snapshots consistent if a version ever
-calls it from another thread.
+vLLM hands each engine step's stats to the stat logger of agent/engine/backend.py, which
+reads them by name and passes plain numbers (`StepStats`) to the collector here. The
+collector runs on the event loop (the AsyncLLM output handler calls it), but a lock keeps
+snapshots consistent if a version ever calls it from another thread.
 
 TTFT and per-token times are measured by `Engine.generate` around the stream the caller
 sees, so they include tokenization and queueing, not only engine time.
@@ -18,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent.engine.lazy import require_module
 from pipelines.latency import TOKEN_BUCKETS_S, LatencyWindow
 
-__all__ = ["EngineStats", "LatencyWindow", "StatsCollector", "stat_logger_factory"]
+__all__ = ["EngineStats", "LatencyWindow", "StatsCollector", "StepStats"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +67,20 @@ class EngineStats:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class StepStats:
+    """What one engine step reported (the scheduler's side), zero where vLLM said nothing."""
+
+    kv_usage: float
+    num_running: int
+    num_waiting: int
+    prefix_queries: int
+    prefix_hits: int
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+
+
 class StatsCollector:
     """Accumulates per-step engine stats; one per engine run. The latency windows may be
     the engine's own, shared by every run, so their histograms survive restarts."""
@@ -100,38 +111,29 @@ class StatsCollector:
         )
 
     # -- called by the vLLM stat logger ------------------------------------------------
-    def on_config(self, vllm_config: Any) -> None:
-        cache = getattr(vllm_config, "cache_config", None)
-        blocks = getattr(cache, "num_gpu_blocks", None)
-        block_size = getattr(cache, "block_size", None)
-        if isinstance(blocks, int) and isinstance(block_size, int):
+    def on_kv_capacity(self, tokens: int | None) -> None:
+        """The KV cache's size in tokens, once vLLM knows it (None: not yet)."""
+        if tokens is not None:
             with self._lock:
-                self.kv_capacity_tokens = blocks * block_size
+                self.kv_capacity_tokens = tokens
 
-    def on_record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
-        drafted = accepted = 0
+    def on_record(self, preempted: int, step: StepStats | None) -> None:
+        """One engine step: requests preempted, and the scheduler's stats where it sent them."""
         with self._lock:
-            if iteration_stats is not None:
-                self.preemptions += int(getattr(iteration_stats, "num_preempted_reqs", 0) or 0)
-            if scheduler_stats is None:
+            self.preemptions += preempted
+            if step is None:
                 return
             self.steps += 1
-            self.kv_usage = float(getattr(scheduler_stats, "kv_cache_usage", 0.0) or 0.0)
-            self.num_running = int(getattr(scheduler_stats, "num_running_reqs", 0) or 0)
-            self.num_waiting = int(getattr(scheduler_stats, "num_waiting_reqs", 0) or 0)
-            prefix = getattr(scheduler_stats, "prefix_cache_stats", None)
-            if prefix is not None:
-                self.prefix_queries += int(getattr(prefix, "queries", 0) or 0)
-                self.prefix_hits += int(getattr(prefix, "hits", 0) or 0)
-            spec = getattr(scheduler_stats, "spec_decoding_stats", None)
-            if spec is not None:
-                drafted = int(getattr(spec, "num_draft_tokens", 0) or 0)
-                accepted = int(getattr(spec, "num_accepted_tokens", 0) or 0)
-                self.spec_drafts += int(getattr(spec, "num_drafts", 0) or 0)
-                self.spec_draft_tokens += drafted
-                self.spec_accepted += accepted
-        if drafted and self._on_spec is not None:
-            self._on_spec(drafted, accepted)  # outside the lock: it may log
+            self.kv_usage = step.kv_usage
+            self.num_running = step.num_running
+            self.num_waiting = step.num_waiting
+            self.prefix_queries += step.prefix_queries
+            self.prefix_hits += step.prefix_hits
+            self.spec_drafts += step.drafts
+            self.spec_draft_tokens += step.draft_tokens
+            self.spec_accepted += step.accepted_tokens
+        if step.draft_tokens and self._on_spec is not None:
+            self._on_spec(step.draft_tokens, step.accepted_tokens)  # outside the lock: it may log
 
     # -- called by Engine.generate -----------------------------------------------------
     def on_first_token(self, seconds: float) -> None:
@@ -174,33 +176,3 @@ class StatsCollector:
                 "per_token_p50_s": self.per_token.percentile(0.50),
                 "per_token_p95_s": self.per_token.percentile(0.95),
             }
-
-
-def stat_logger_factory(collector: StatsCollector) -> Callable[..., Any]:
-    """A vLLM StatLoggerBase subclass bound to `collector`; imports vLLM (call at start).
-
-    vLLM calls the factory as factory(vllm_config, engine_index) per engine core; the
-    class itself is that callable.
-    """
-    base = require_module("vllm.v1.metrics.loggers").StatLoggerBase
-
-    class _CollectorLogger(base):  # type: ignore[misc,valid-type]  # vLLM comes in as Any
-        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-            self._vllm_config = vllm_config
-            self._engine_index = engine_index
-            collector.on_config(vllm_config)
-
-        def record(
-            self,
-            scheduler_stats: Any,
-            iteration_stats: Any,
-            mm_cache_stats: Any = None,
-            engine_idx: int = 0,
-        ) -> None:
-            collector.on_record(scheduler_stats, iteration_stats)
-
-        def log_engine_initialized(self) -> None:
-            # num_gpu_blocks is only known after the engine core's handshake.
-            collector.on_config(self._vllm_config)
-
-    return _CollectorLogger

@@ -73,8 +73,8 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 from agent.analysis_link import EngineCodec, EngineLlm  # noqa: E402
 from agent.config.loader import load_config  # noqa: E402
 from agent.engine import EngineProfile, plan_memory  # noqa: E402
-from agent.engine.engine import GenerationResult  # noqa: E402
 from agent.engine.model_prep import model_dir_for  # noqa: E402
+from agent.engine.results import GenerationResult  # noqa: E402
 from agent.logsetup import configure_logging  # noqa: E402
 from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
 from bench._common import machine, md_table, percentile  # noqa: E402

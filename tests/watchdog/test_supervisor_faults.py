@@ -23,8 +23,9 @@ from agent.engine import (
     EngineWontFit,
     load_engine_profile,
 )
-from agent.engine.engine import Engine, EngineHealth, EngineInfo, GenerationResult
+from agent.engine.engine import Engine
 from agent.engine.model_prep import ModelChoice
+from agent.engine.results import EngineHealth, EngineInfo, GenerationResult
 from agent.engine.stats import EngineStats
 from agent.supervisor import EngineSupervisor, Trouble, is_out_of_memory, supervised
 from agent.watchdog.events import EventLog

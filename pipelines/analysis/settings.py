@@ -1,0 +1,96 @@
+"""The slow tier's settings: the `llm:` section of the agent config (window, answers, pace)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipelines.detect import Severity
+
+__all__ = ["AnalysisSettings"]
+
+
+class AnalysisSettings(BaseModel):
+    """How the slow tier reads and reports (the `llm:` section of the agent config)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    context_tokens: int | None = Field(
+        None,
+        ge=2048,
+        le=1 << 20,
+        title="Context window",
+        description="Token budget of one stream's prompt (head + transcript + request), "
+        "counted with the model's tokenizer. None: the engine's max_model_len minus "
+        "max_output_tokens. Usually set by the device profile.",
+    )
+    drop_fraction: float = Field(
+        0.25,
+        ge=0.05,
+        le=0.5,
+        title="Drop step",
+        description="Share of the budget dropped at once when the window is full. Every drop "
+        "forces one full re-prefill, so drops are rare and large, never token by token.",
+    )
+    max_output_tokens: int = Field(
+        256, ge=32, le=4096, title="Answer length", description="Token limit of one answer."
+    )
+    max_faults: int = Field(
+        4, ge=1, le=16, title="Faults per answer", description="The schema's maxItems."
+    )
+    max_quote_chars: int = Field(
+        200, ge=16, le=2000, title="Quote length", description="Longest evidence quote."
+    )
+    min_quote_chars: int = Field(
+        8,
+        ge=1,
+        title="Shortest quote",
+        description="Quotes shorter than this (normalized; a CJK character counts as two) "
+        "are not evidence.",
+    )
+    allow_other: bool = Field(
+        True,
+        title="Faults outside the catalogue",
+        description="Accept `other` faults with a label of the model's choosing.",
+    )
+    other_max_severity: Severity = Field(
+        Severity.warning,
+        title="Severity cap of `other`",
+        description="An `other` fault is never raised above this severity.",
+    )
+    require_topic_word: bool = Field(
+        True,
+        title="Quote must name the fault",
+        description="A catalogue fault's quote must hold a word of its labels, keywords or "
+        "related words; off-topic quotes are rejected (off_topic).",
+    )
+    concurrency: int = Field(
+        1,
+        ge=1,
+        le=16,
+        title="Parallel analyses",
+        description="Streams analysed at once (at most the engine's max_num_seqs helps).",
+    )
+    analysis_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        title="Analysis deadline",
+        description="An analysis running longer is aborted and counted (the watchdog reads it).",
+    )
+    max_summaries: int = Field(
+        4,
+        ge=0,
+        le=32,
+        title="Summaries kept",
+        description="Notes on dropped history kept in the head; the oldest leaves first.",
+    )
+    summary_words: int = Field(
+        25, ge=5, le=100, title="Summary words", description="Asked length of one note."
+    )
+    summary_max_tokens: int = Field(
+        64,
+        ge=16,
+        le=512,
+        title="Summary length",
+        description="Hard cap of one note in tokens; the head keeps room for max_summaries of "
+        "them, so a new note never forces a second drop.",
+    )
