@@ -65,7 +65,8 @@ class Rungs:
 
     async def prepare(self) -> float:
         """Build the ladder and load the persisted record; the seconds the current rung has
-        been quiet (memory not tight), counted across reboots (0 or less on rung 0)."""
+        been quiet (memory not tight), counted across reboots (0 on rung 0). `resume()`
+        next."""
         kv = await asyncio.to_thread(self._kv_rates)
         self.ladder = build_ladder(
             self.profile,
@@ -88,19 +89,22 @@ class Rungs:
                 )
         record.rung = max(0, min(record.rung, self.top))
         self.record = record
-        rung = self.current
         quiet = time.time() - (record.quiet_since or record.at or time.time())
+        return quiet if self.current.index else 0.0
+
+    def resume(self) -> None:
+        """Starting on a persisted lowered rung: say so, and apply its window."""
+        rung = self.current
         if rung.index:
             self.events.record(
                 "watchdog.resume_rung",
                 "error" if rung.loud else "warning",
                 rung=rung.index,
                 name=rung.name,
-                reason=record.reason,
+                reason=self.record.reason,
                 detail="starting on the rung persisted before this start",
             )
             self.apply_window(rung)
-        return quiet if rung.index else 0.0
 
     def _kv_rates(self) -> KvRates | None:
         """From the memory planner, so that KV rungs stay above one full context; None when

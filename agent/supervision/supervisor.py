@@ -239,6 +239,7 @@ class EngineSupervisor:
                 # The stable period counts across reboots: a device power-cycled every
                 # night must still climb back one day.
                 self._stable_since = self._clock() - quiet
+            self.rungs.resume()
             self._prepared = True
         async with TaskGroup() as tg:
             monitor = tg.create_task(self._monitor(), name="engine.monitor")
