@@ -24,6 +24,8 @@ lint: setup
 	$(VENV)/bin/ruff check agent pipelines tests bench training
 	$(VENV)/bin/ruff format --check agent pipelines tests bench training
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_cycles.py
 
 bench: setup
 	$(PY) bench/alert_latency.py
@@ -59,4 +61,4 @@ deb-lock:
 	bash packaging/lock.sh
 
 clean:
-	rm -rf $(VENV) .venv310 .pytest_cache .mypy_cache .ruff_cache *.egg-info dist
+	rm -rf $(VENV) .venv310 .pytest_cache .mypy_cache .ruff_cache .grimp_cache .import_linter_cache *.egg-info dist

@@ -1,7 +1,7 @@
 """The daemon's side of the slow tier: the engine and its tokenizer behind the protocols
 pipelines.analysis declares (AnalysisLlm, TokenCodec).
 
-Requests go through the engine supervisor (agent.supervisor): it admits new analyses only
+Requests go through the engine supervisor (agent.supervision): it admits new analyses only
 while the engine serves and memory is not tight, and learns from every failed request.
 The tokenizer is our own instance, loaded once from the engine's model folder on a thread
 of its own: contexts live in the agent and must outlive engine restarts, and a Rust
@@ -21,7 +21,7 @@ import structlog
 from agent.engine import EngineDead, EngineNotRunning
 from agent.engine.lazy import require_module
 from agent.engine.results import GenerationResult
-from agent.supervisor import EngineSupervisor
+from agent.supervision import EngineSupervisor
 from pipelines.analysis import LlmUnavailable
 from pipelines.analysis_prompt import ChatFrame, chat_frame_of, encode_texts
 
@@ -33,12 +33,12 @@ log = structlog.get_logger(__name__)
 class EngineLlm:
     """AnalysisLlm over the supervised engine."""
 
-    def __init__(self, host: EngineSupervisor) -> None:
-        self.host = host
+    def __init__(self, supervisor: EngineSupervisor) -> None:
+        self.supervisor = supervisor
 
     async def wait_ready(self) -> None:
         # admit, not ready: under memory pressure (warn) no new analysis starts
-        await self.host.admit.wait()
+        await self.supervisor.admit.wait()
 
     async def complete(
         self,
@@ -49,7 +49,7 @@ class EngineLlm:
         stop: Sequence[str] = (),
     ) -> GenerationResult:
         try:
-            return await self.host.complete(
+            return await self.supervisor.complete(
                 prompt, max_tokens=max_tokens, json_schema=json_schema, stop=stop
             )
         except (EngineNotRunning, EngineDead) as exc:  # the supervisor already knows
@@ -59,8 +59,8 @@ class EngineLlm:
 class EngineCodec:
     """TokenCodec with the model's own tokenizer, loaded when the engine first served."""
 
-    def __init__(self, host: EngineSupervisor, ready_timeout_s: float = 30.0) -> None:
-        self.host = host
+    def __init__(self, supervisor: EngineSupervisor, ready_timeout_s: float = 30.0) -> None:
+        self.supervisor = supervisor
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-tokenize")
         self._tokenizer: Any | None = None
         self._loading = asyncio.Lock()
@@ -72,14 +72,14 @@ class EngineCodec:
         # Wait for the engine outside the lock and within a bound: a caller must not hang
         # on an engine that is restarting or degraded, nor hold up the others while it waits.
         try:
-            await asyncio.wait_for(self.host.ready.wait(), self._ready_timeout_s)
+            await asyncio.wait_for(self.supervisor.ready.wait(), self._ready_timeout_s)
         except asyncio.TimeoutError as exc:
             raise LlmUnavailable(
                 f"engine not serving within {self._ready_timeout_s:.0f} s"
             ) from exc
         async with self._loading:
             if self._tokenizer is None:
-                info = self.host.engine.info
+                info = self.supervisor.engine.info
                 if info is None:
                     raise LlmUnavailable("engine is not running")
                 loop = asyncio.get_running_loop()

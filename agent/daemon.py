@@ -44,11 +44,11 @@ from agent.mqtt import Ack, MqttLink, NotConnectedError, Topics
 from agent.notify import SystemdNotifier
 from agent.outbox import Outbox, PendingEvent
 from agent.stats import Stats
-from agent.supervisor import EngineSupervisor
+from agent.supervision import EngineSupervisor
+from agent.supervision.store import RungStore
 from agent.watchdog.events import EventLog
 from agent.watchdog.monitor import MemoryWatchdog
 from agent.watchdog.probes import HostProbe, MemoryProbe, NvmlGpu
-from agent.watchdog.store import RungStore
 from pipelines.alerts import AlertEvent, AlertTracker, EventType, Evidence, Observation
 from pipelines.analysis import Analyzer
 from pipelines.asr.stage import AsrStage, AudioIn, Heard
@@ -139,7 +139,7 @@ class Daemon:
         self.asr_published = self.asr_publish_dropped = 0
         self._status_kick = asyncio.Event()
         self.events = EventLog(on_event=self._status_kick.set)
-        self.llm: EngineSupervisor | None = None
+        self.supervisor: EngineSupervisor | None = None
         self.analysis: Analyzer | None = None
         self._codec: EngineCodec | None = None
         self._build_llm()
@@ -150,7 +150,7 @@ class Daemon:
                 cfg.watchdog,
                 probe or HostProbe(gpu=gpu),
                 events=self.events,
-                supervisor=self.llm,
+                supervisor=self.supervisor,
             )
         self.control, self.metrics = self._local_servers()
         self.fleet: FleetManager | None = None
@@ -504,7 +504,7 @@ class Daemon:
                 await asyncio.wait_for(self._status_kick.wait(), self.cfg.mqtt.status_interval_s)
 
     def status_snapshot(self, state: str = "running") -> dict[str, Any]:
-        if state == "running" and self.llm is not None and self.llm.degraded:
+        if state == "running" and self.supervisor is not None and self.supervisor.degraded:
             state = "degraded"  # keyword alerts only, until the engine is tried again
         analysis = self.analysis.snapshot() if self.analysis is not None else None
         active = self.tracker.active()
@@ -515,7 +515,7 @@ class Daemon:
             profile=self.cfg.profile,
             llm={
                 "enabled": self.cfg.llm.enabled,
-                **(self.llm.snapshot() if self.llm is not None else {}),
+                **(self.supervisor.snapshot() if self.supervisor is not None else {}),
                 **({"analysis": analysis} if analysis is not None else {}),
             },
             queue={"depth": len(self.queue), "max": self.queue.maxsize, "shed": self.queue.shed},
@@ -593,8 +593,8 @@ class Daemon:
                     self.analysis.latency,
                 )
             )
-        if self.llm is not None:
-            engine = self.llm.engine
+        if self.supervisor is not None:
+            engine = self.supervisor.engine
             out += [
                 Histogram("ttft_seconds", "Engine request to its first token.", engine.ttft),
                 Histogram(
@@ -615,12 +615,15 @@ class Daemon:
         if cmd == "config":
             return {"ok": True, "config": self.cfg.model_dump(mode="json")}
         if cmd == "engine.restart":
-            if self.llm is None:
+            if self.supervisor is None:
                 return {"ok": False, "error": "no engine here (llm.enabled is false)"}
-            if not self.llm.request_restart("operator"):
-                return {"ok": False, "error": f"engine is {self.llm.state}: nothing to restart"}
-            log.warning("control.engine_restart", rung=self.llm.rung.index)
-            return {"ok": True, "state": self.llm.state}
+            if not self.supervisor.request_restart("operator"):
+                return {
+                    "ok": False,
+                    "error": f"engine is {self.supervisor.state}: nothing to restart",
+                }
+            log.warning("control.engine_restart", rung=self.supervisor.rung.index)
+            return {"ok": True, "state": self.supervisor.state}
         if cmd == "fleet":
             fleet = self.fleet.snapshot() if self.fleet is not None else {"enabled": False}
             return {"ok": True, "fleet": fleet}
@@ -650,15 +653,16 @@ class Daemon:
         or not configured): a device that can only alert on keywords is still up."""
         if not self.link.connected.is_set():
             return False
-        return self.llm is None or self.llm.state in ("running", "refused", "degraded")
+        sup = self.supervisor
+        return sup is None or sup.state in ("running", "refused", "degraded")
 
     def status_line(self) -> str:
         """systemd's one-line STATUS=, e.g. "3 streams, engine ok, rung 0, 12 alerts today"."""
-        if self.llm is None:
+        if self.supervisor is None:
             engine = "engine off"
         else:
-            state = self.llm.state
-            engine = f"engine {'ok' if state == 'running' else state}, rung {self.llm.rung.index}"
+            state, rung = self.supervisor.state, self.supervisor.rung.index
+            engine = f"engine {'ok' if state == 'running' else state}, rung {rung}"
         day, count = self._alerts_today
         alerts = count if day == time.strftime("%Y-%m-%d") else 0
         link = "" if self.link.connected.is_set() else ", MQTT down"
@@ -787,8 +791,8 @@ class Daemon:
         assert self._tg is not None
         if self._stopping:
             return
-        if self.llm is not None and self._sup_task is None:
-            self._sup_task = self._tg.create_task(self.llm.run(), name="engine.supervisor")
+        if self.supervisor is not None and self._sup_task is None:
+            self._sup_task = self._tg.create_task(self.supervisor.run(), name="engine.supervisor")
         if self.analysis is not None and self._analysis_task is None:
             self._analysis_task = self._tg.create_task(self.analysis.run(), name="analysis")
 
@@ -807,8 +811,8 @@ class Daemon:
             task.cancel()
             await asyncio.wait([task])
         if engine:
-            if self.llm is not None:
-                await self.llm.stop()
+            if self.supervisor is not None:
+                await self.supervisor.stop()
             if self._codec is not None:
                 self._codec.close()
 
@@ -831,7 +835,7 @@ class Daemon:
             await self._stop_llm_tasks(engine=True)
             self._build_llm()
             if self.watchdog is not None:
-                self.watchdog.supervisor = self.llm
+                self.watchdog.supervisor = self.supervisor
             self._start_llm_tasks()
         elif catalogue and self.analysis is not None:
             # The windows' heads describe the catalogue and the answer schema lists it: a
@@ -841,7 +845,7 @@ class Daemon:
             self._start_llm_tasks()
         self._status_kick.set()
 
-    # -- fleet (agent.fleet.manager.FleetHost) ------------------------------------------
+    # -- fleet (agent.fleet.manager.FleetService) --------------------------------------
 
     def health_begin(self) -> None:
         self._health_mark = self._processed
@@ -863,8 +867,8 @@ class Daemon:
         if waiting > 0 and not progressed:
             return Health(False, waiting=f"{waiting} segments waiting, none processed")
         if engine and self.cfg.llm.enabled:
-            state = self.llm.state if self.llm is not None else "absent"
-            detail = self.llm.detail if self.llm is not None else None
+            state = self.supervisor.state if self.supervisor is not None else "absent"
+            detail = self.supervisor.detail if self.supervisor is not None else None
             if state in ("refused", "degraded", "absent"):
                 return Health(False, failed=f"engine {state}: {detail}")
             if state != "running":
@@ -887,8 +891,8 @@ class Daemon:
 
     async def _close(self) -> None:
         """What run() holds, released whether it ended cleanly or not."""
-        if self.llm is not None:
-            await self.llm.stop()
+        if self.supervisor is not None:
+            await self.supervisor.stop()
         if self._codec is not None:
             self._codec.close()
         if self.control is not None:
@@ -904,7 +908,7 @@ class Daemon:
         """The slow tier for the current config: supervisor, tokenizer codec, analyzer (or
         none of them). Called at construction and when a fleet change restarts the engine."""
         cfg = self.cfg
-        self.llm, self._codec, self.analysis = None, None, None
+        self.supervisor, self._codec, self.analysis = None, None, None
         if not (cfg.llm.enabled and cfg.engine is not None):
             return
         # Imports transformers (the tokenizer) only when used.
@@ -912,7 +916,7 @@ class Daemon:
 
         # the loader resolves state_path; a config built in code gets the same default
         state = cfg.watchdog.state_path or cfg.outbox.path.parent / "watchdog.json"
-        self.llm = EngineSupervisor(
+        self.supervisor = EngineSupervisor(
             cfg.engine,
             cfg.watchdog,
             store=RungStore(state),
@@ -921,7 +925,7 @@ class Daemon:
             answer_tokens=cfg.llm.max_output_tokens,
             on_window=self._on_window,
         )
-        self._codec = EngineCodec(self.llm)
+        self._codec = EngineCodec(self.supervisor)
         self._build_analysis()
 
     def _build_analysis(self) -> None:
@@ -929,9 +933,9 @@ class Daemon:
         from agent.analysis_link import EngineLlm
 
         cfg = self.cfg
-        assert self.llm is not None and self._codec is not None and cfg.engine is not None
+        assert self.supervisor is not None and self._codec is not None and cfg.engine is not None
         self.analysis = Analyzer(
-            EngineLlm(self.llm),
+            EngineLlm(self.supervisor),
             self._codec,
             cfg.llm,
             cfg.faults,

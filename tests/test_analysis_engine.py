@@ -40,18 +40,18 @@ CHATTER = [
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine_link(default_model: Path) -> AsyncIterator[tuple[Any, Any]]:
     from agent.analysis_link import EngineCodec, EngineLlm
-    from agent.supervisor import EngineSupervisor, supervised
+    from agent.supervision import EngineSupervisor, supervised
 
     assert CONFIG.engine is not None
     # The base model: these tests force answers through the engine's output path to test
     # the mechanics; the tuned model's own findings are tests/test_tuned_model.py's.
-    host = EngineSupervisor(
+    sup = EngineSupervisor(
         CONFIG.engine.model_copy(update={"model": str(default_model), "adapter": None})
     )
-    async with supervised(host):
-        assert await host.wait_serving(), host.detail
-        codec = EngineCodec(host)
-        yield EngineLlm(host), codec
+    async with supervised(sup):
+        assert await sup.wait_serving(), sup.detail
+        codec = EngineCodec(sup)
+        yield EngineLlm(sup), codec
         codec.close()
 
 

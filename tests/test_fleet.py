@@ -135,7 +135,7 @@ Acks = list[dict[str, Any]]
 
 
 def _manager(
-    tmp_path: Path, host_health: Callable[[], Health], **fleet: Any
+    tmp_path: Path, service_health: Callable[[], Health], **fleet: Any
 ) -> tuple[FleetManager, StandIn, Acks, Keys]:
     keys = Keys(tmp_path / "keys")
     local = load_config(
@@ -146,13 +146,13 @@ def _manager(
             *(f"fleet.{k}={v}" for k, v in fleet.items()),
         ],
     )  # fmt: skip
-    host = StandIn(local, host_health)
+    service = StandIn(local, service_health)
     acks: list[dict[str, Any]] = []
 
     async def ack(body: dict[str, Any]) -> None:
         acks.append(body)
 
-    return FleetManager(host, local, FleetStore(tmp_path / "fleet"), ack), host, acks, keys
+    return FleetManager(service, local, FleetStore(tmp_path / "fleet"), ack), service, acks, keys
 
 
 def _debounce(value: float) -> dict[str, Any]:
@@ -170,12 +170,12 @@ async def test_a_failed_gate_rolls_back_and_a_passed_one_becomes_the_last_known_
     tmp_path: Path,
 ) -> None:
     healthy = {"now": Health(False, failed="engine refused: does not fit")}
-    manager, host, acks, keys = _manager(tmp_path, lambda: healthy["now"])
+    manager, service, acks, keys = _manager(tmp_path, lambda: healthy["now"])
     runner = asyncio.create_task(manager.run())
     try:
         await _run_one(manager, acks, keys.doc("fleet/line-3", 1, _debounce(3)), 1)
         assert acks[-1]["status"] == "rolled_back" and "does not fit" in acks[-1]["reason"]
-        assert host.applied == [(3, False), (10, False)]  # applied, then the old one again
+        assert service.applied == [(3, False), (10, False)]  # applied, then the old one again
         assert manager.store.load().layers == {} and manager.store.load().pending is None
         healthy["now"] = Health(True)
         await _run_one(manager, acks, keys.doc("fleet/line-3", 2, _debounce(4)), 2)
@@ -188,8 +188,8 @@ async def test_a_failed_gate_rolls_back_and_a_passed_one_becomes_the_last_known_
 
 
 async def test_an_engine_change_waits_while_a_critical_analysis_runs(tmp_path: Path) -> None:
-    manager, host, acks, keys = _manager(tmp_path, lambda: Health(True), defer_max_s=30)
-    host.critical = True
+    manager, service, acks, keys = _manager(tmp_path, lambda: Health(True), defer_max_s=30)
+    service.critical = True
     runner = asyncio.create_task(manager.run())
     try:
         doc = keys.doc("fleet/line-3", 1, {"llm": {"max_output_tokens": 128}})
@@ -197,18 +197,18 @@ async def test_an_engine_change_waits_while_a_critical_analysis_runs(tmp_path: P
         assert acks[-1]["status"] == "deferred" and manager.phase == "deferred"
         # The manager asked again (twice more) and found the analysis still running: it is
         # waiting, not slow to apply.
-        checks = host.critical_checks
+        checks = service.critical_checks
         async with timeout(20):
-            while host.critical_checks < checks + 2:
+            while service.critical_checks < checks + 2:
                 await asyncio.sleep(0.01)
-        assert host.applied == []  # still waiting
-        host.critical = False  # the same document goes on by itself
+        assert service.applied == []  # still waiting
+        service.critical = False  # the same document goes on by itself
         async with timeout(20):
             while len(acks) < 2:
                 await asyncio.sleep(0.01)
-        assert acks[-1]["status"] == "applied" and host.applied == [(10, True)]
+        assert acks[-1]["status"] == "applied" and service.applied == [(10, True)]
         # a newer document during a deferral replaces the waiting one
-        host.critical = True
+        service.critical = True
         await _run_one(
             manager, acks, keys.doc("fleet/line-3", 2, {"llm": {"max_output_tokens": 64}}), 3
         )
@@ -221,11 +221,11 @@ async def test_an_engine_change_waits_while_a_critical_analysis_runs(tmp_path: P
             "rejected",
             "superseded by a newer document",
         )
-        host.critical = False  # (the newer one may or may not have been deferred first)
+        service.critical = False  # (the newer one may or may not have been deferred first)
         async with timeout(20):
             while (acks[-1]["version"], acks[-1]["status"]) != (3, "applied"):
                 await asyncio.sleep(0.01)
-        assert host.applied[-1] == (10, True) and len(host.applied) == 2  # v2 never applied
+        assert service.applied[-1] == (10, True) and len(service.applied) == 2  # v2 never applied
     finally:
         runner.cancel()
 

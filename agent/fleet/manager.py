@@ -53,8 +53,8 @@ from agent.fleet.store import FleetState, FleetStore, TargetState
 from pipelines.bounded_json import JsonRejected, parse_json
 
 __all__ = [
-    "FleetHost",
     "FleetManager",
+    "FleetService",
     "Health",
     "effective_config",
     "fleet_filters",
@@ -75,7 +75,7 @@ class Health:
     waiting: str | None = None  # what is not there yet
 
 
-class FleetHost(Protocol):
+class FleetService(Protocol):
     """What the manager needs of the running service (agent.daemon.Daemon)."""
 
     loaded: LoadedConfig
@@ -141,7 +141,7 @@ def _reload(local: LoadedConfig, layers: list[tuple[str, dict[str, Any]]]) -> Lo
 class FleetManager:
     def __init__(
         self,
-        host: FleetHost,
+        service: FleetService,
         local: LoadedConfig,
         store: FleetStore,
         publish_ack: AckSink,
@@ -150,7 +150,7 @@ class FleetManager:
     ) -> None:
         """`local`: the configuration without any fleet layer (what `reset` returns to).
         `plan_check`: the memory planner's verdict on a config (None: it fits); blocking."""
-        self.host = host
+        self.service = service
         self.local = local
         self.store = store
         self.settings = local.config.fleet
@@ -211,7 +211,7 @@ class FleetManager:
         the local file (the service started on the local file alone): drop them, say so.
         Otherwise repeat the last answer (a kill may have come before it was published)."""
         pending = self.state.pending
-        in_force = {name for name, _ in self.host.loaded.layers}
+        in_force = {name for name, _ in self.service.loaded.layers}
         stale = [t for t, s in self.state.layers.items() if f"{t} v{s.version}" not in in_force]
         for target in stale:
             dropped = self.state.layers.pop(target)
@@ -281,7 +281,7 @@ class FleetManager:
             detail = "; ".join(str(i) for i in exc.issues)
             await self._ack(target, doc.version, "rejected", f"invalid_config: {detail}")
             return
-        old = self.host.loaded
+        old = self.service.loaded
         changed = local_changed(old.config, candidate.config)
         if changed:
             await self._ack(
@@ -310,14 +310,14 @@ class FleetManager:
     async def _defer_while_critical(self, target: str, version: int) -> bool:
         """Wait (bounded) while a critical alert's analysis runs. False: a newer document
         for the target arrived meanwhile, this one is dropped (answered `rejected`)."""
-        if not self.host.critical_analysis_running():
+        if not self.service.critical_analysis_running():
             return True
         self.phase = "deferred"
         self.state.pending = {"target": target, "version": version, "phase": "deferred",
                               "started_at": time.time()}  # fmt: skip
         await self._ack(target, version, "deferred", "a critical alert's analysis is running")
         deadline = time.monotonic() + self.settings.defer_max_s
-        while self.host.critical_analysis_running() and time.monotonic() < deadline:
+        while self.service.critical_analysis_running() and time.monotonic() < deadline:
             if target in self._inbox:
                 break
             await asyncio.sleep(_DEFER_POLL_S)
@@ -349,7 +349,7 @@ class FleetManager:
             await asyncio.sleep(self.pause_before_apply_s)
         began = time.monotonic()
         try:
-            await self.host.apply_config(candidate, engine=engine)
+            await self.service.apply_config(candidate, engine=engine)
             self.phase = "gating"
             failure = await self._gate(engine)
         except Exception as exc:  # half applied: the last known good goes back in
@@ -370,7 +370,7 @@ class FleetManager:
         log.error("fleet.rolling_back", target=target, version=version, reason=failure)
         good = await asyncio.to_thread(self._last_known_good)
         try:
-            await self.host.apply_config(good, engine=engine)
+            await self.service.apply_config(good, engine=engine)
         except Exception:  # keyword alerts still run; the next start uses the good layers
             log.exception("fleet.rollback_failed", target=target, version=version)
         self.state.pending = None
@@ -389,10 +389,10 @@ class FleetManager:
         else why not."""
         began = time.monotonic()
         deadline = began + self.settings.health_gate_s
-        self.host.health_begin()
+        self.service.health_begin()
         why = "no health report"
         while time.monotonic() < deadline:
-            health = self.host.health(engine=engine)
+            health = self.service.health(engine=engine)
             if health.ok and time.monotonic() - began >= _GATE_MIN_S:
                 return None
             if health.failed is not None:
@@ -409,7 +409,7 @@ class FleetManager:
         reason: str,
         loaded: LoadedConfig | None = None,
     ) -> None:
-        config = (loaded or self.host.loaded).config
+        config = (loaded or self.service.loaded).config
         body = {
             "target": target,
             "version": version,

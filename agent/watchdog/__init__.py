@@ -1,7 +1,6 @@
-"""The OOM watchdog: memory probes, the headroom policy, the tuning ladder and its persisted
-rung, the leak detector (docs/watchdog.md). The engine supervisor (agent.supervisor) acts on
-what it decides.
-
-Import the submodules directly; this package imports nothing, so that agent.supervisor and
-agent.watchdog.monitor can depend on its parts without a cycle.
+"""The memory watchdog: memory probes, the headroom policy, the leak detector and the
+monitor that ties them together (docs/watchdog.md). It acts through the engine supervisor
+(agent.supervision) by the small protocol it declares (agent.watchdog.monitor.Supervisor),
+never by importing it. `settings` is the configuration's `watchdog:` section, which also
+holds the supervisor's restart budget; `events` is the log both write their decisions to.
 """

@@ -5,6 +5,9 @@ warn sheds load (the supervisor stops admitting new analyses; in-flight ones fin
 keyword tier is never touched), critical restarts the engine one rung down (through the
 supervisor, which rate-limits), back to ok resumes. Every `leak_sample_s` the service's own
 RSS feeds the leak detector. Level changes and leak verdicts are events (log, status).
+
+It acts through `Supervisor`, the protocol declared here, which the engine supervisor
+(agent.supervision.EngineSupervisor) satisfies: this package never imports it.
 """
 
 from __future__ import annotations
@@ -12,18 +15,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
-from agent.supervisor import EngineSupervisor, Trouble
 from agent.watchdog.events import EventLog, Severity
 from agent.watchdog.leak import LeakDetector, LeakVerdict
 from agent.watchdog.policy import Assessment, HeadroomPolicy, Level
 from agent.watchdog.probes import MemoryProbe, MemorySample, ProbeError
 from agent.watchdog.settings import WatchdogSettings
 
-__all__ = ["MemoryWatchdog"]
+__all__ = ["MemoryWatchdog", "Supervisor"]
 
 _SEVERITY: dict[Level, Severity] = {
     Level.ok: "info",
@@ -34,6 +36,23 @@ _SEVERITY: dict[Level, Severity] = {
 log = structlog.get_logger(__name__)
 
 
+class Supervisor(Protocol):
+    """What the watchdog acts through: the engine supervisor (agent.supervision)."""
+
+    @property
+    def state(self) -> str:
+        """The supervisor's state ("running" while the engine serves)."""
+
+    def note_pressure(self) -> None:
+        """Memory is tight (warn or critical): the stable period starts over."""
+
+    def set_shedding(self, on: bool) -> None:
+        """Warn level on or off: no new analyses while on."""
+
+    def report_memory_critical(self, reasons: str) -> bool:
+        """Critical level: restart one rung down; False when it was not taken."""
+
+
 class MemoryWatchdog:
     def __init__(
         self,
@@ -41,7 +60,7 @@ class MemoryWatchdog:
         probe: MemoryProbe,
         *,
         events: EventLog,
-        supervisor: EngineSupervisor | None = None,
+        supervisor: Supervisor | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -136,7 +155,11 @@ class MemoryWatchdog:
         # restart on a lower rung that still does not fit, the next rung (the supervisor
         # rate-limits). A sample only held at critical by the hysteresis margin does not
         # take another rung: the restart it caused may be what brought it back.
-        if a.entered is Level.critical and sup.state == "running" and sup.report(_critical(a)):
+        if (
+            a.entered is Level.critical
+            and sup.state == "running"
+            and sup.report_memory_critical("; ".join(a.reasons))
+        ):
             self.criticals += 1
 
     def _track_leak(self, s: MemorySample) -> None:
@@ -178,10 +201,6 @@ class MemoryWatchdog:
             "criticals": self.criticals,
             "leak": self._leak_verdict.as_dict(),
         }
-
-
-def _critical(a: Assessment) -> Trouble:
-    return Trouble("memory_critical", "; ".join(a.reasons), 1)
 
 
 def _int(value: int | None) -> int | None:

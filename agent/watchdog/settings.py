@@ -1,4 +1,6 @@
-"""The `watchdog:` section: memory thresholds, restart limits, the leak detector.
+"""The `watchdog:` section: the memory watchdog's thresholds and leak detector, and the
+supervisor's restart budget (agent.supervision.budget: restart_limit, restart_window_s,
+backoff, degraded_retry_s) and rung file (state_path), under the names operators know.
 
 Thresholds are per device (each profile sets its own): what counts as little headroom on an
 8 GB Orin is plenty on a laptop GPU. Every threshold is on *headroom* (what is still free),

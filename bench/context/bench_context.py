@@ -76,7 +76,7 @@ from agent.engine import EngineProfile, plan_memory  # noqa: E402
 from agent.engine.model_prep import model_dir_for  # noqa: E402
 from agent.engine.results import GenerationResult  # noqa: E402
 from agent.logsetup import configure_logging  # noqa: E402
-from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
+from agent.supervision import EngineSupervisor, supervised  # noqa: E402
 from bench._common import machine, md_table, percentile  # noqa: E402
 from bench.context.synth import SynthSegment, generate_shift  # noqa: E402
 from bench.shapes import QWEN3_4B  # noqa: E402
@@ -140,8 +140,8 @@ class PlainLlm:
     need one), no stop strings (they need detokenizing), at most `max_tokens` answer
     tokens. Errors map to LlmUnavailable as in the service (EngineLlm underneath)."""
 
-    def __init__(self, host: EngineSupervisor, max_tokens: int) -> None:
-        self.inner = EngineLlm(host)
+    def __init__(self, supervisor: EngineSupervisor, max_tokens: int) -> None:
+        self.inner = EngineLlm(supervisor)
         self.max_tokens = max_tokens
         self.requests = 0
 
@@ -589,13 +589,15 @@ async def prepare(args: argparse.Namespace) -> Setup:
 async def replay_all(
     args: argparse.Namespace,
     setup: Setup,
-    host: EngineSupervisor,
+    supervisor: EngineSupervisor,
     codec: TokenCodec,
     t_process: float,
 ) -> None:
-    info = host.engine.info
+    info = supervisor.engine.info
     assert info is not None
-    llm: AnalysisLlm = PlainLlm(host, args.max_tokens) if setup.plain else EngineLlm(host)
+    llm: AnalysisLlm = (
+        PlainLlm(supervisor, args.max_tokens) if setup.plain else EngineLlm(supervisor)
+    )
     settings, budget = setup.settings, setup.budget
     # Text: one shift long enough for both policies, generated once.
     probe = generate_shift(1.0, seed=args.seed, seg_s=args.seg_s)[:200]
@@ -677,17 +679,17 @@ async def main_async(args: argparse.Namespace) -> int:
     setup = await prepare(args)
     if args.dry_run:
         return 0
-    host = EngineSupervisor(setup.engine)
+    supervisor = EngineSupervisor(setup.engine)
     t0 = time.perf_counter()
-    async with supervised(host):
-        if not await host.wait_serving():
-            print(f"engine {host.state}: {host.detail}", file=sys.stderr)
+    async with supervised(supervisor):
+        if not await supervisor.wait_serving():
+            print(f"engine {supervisor.state}: {supervisor.detail}", file=sys.stderr)
             return 1
         print(f"engine started in {time.perf_counter() - t0:.1f}s", flush=True)
-        engine_codec = None if setup.plain else EngineCodec(host)
+        engine_codec = None if setup.plain else EngineCodec(supervisor)
         codec: TokenCodec = engine_codec or WordHashCodec(high=min(150_000, setup.vocab))
         try:
-            await replay_all(args, setup, host, codec, t_process)
+            await replay_all(args, setup, supervisor, codec, t_process)
         finally:
             if engine_codec is not None:
                 engine_codec.close()

@@ -48,8 +48,8 @@ from agent.config.loader import load_config  # noqa: E402
 from agent.daemon import Daemon  # noqa: E402
 from agent.engine import Engine  # noqa: E402
 from agent.logsetup import configure_logging  # noqa: E402
-from agent.supervisor import EngineSupervisor, supervised  # noqa: E402
-from agent.watchdog.ladder import build_ladder  # noqa: E402
+from agent.supervision import EngineSupervisor, supervised  # noqa: E402
+from agent.supervision.ladder import build_ladder  # noqa: E402
 from agent.watchdog.settings import WatchdogSettings  # noqa: E402
 from bench._common import machine, md_table  # noqa: E402
 from bench.context.bench_context import (  # noqa: E402
@@ -221,8 +221,8 @@ async def run_daemon_mode(
             ],
         )
         daemon = Daemon(loaded)
-        assert daemon.llm is not None and daemon.analysis is not None
-        sup, analyzer = daemon.llm, daemon.analysis
+        assert daemon.supervisor is not None and daemon.analysis is not None
+        sup, analyzer = daemon.supervisor, daemon.analysis
         seen: set[int] = set()
 
         async def watch() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from agent.engine import load_engine_profile
-from agent.watchdog.ladder import MIN_CONTEXT_TOKENS, KvRates, build_ladder, ladder_fingerprint
+from agent.supervision.ladder import MIN_CONTEXT_TOKENS, KvRates, build_ladder, ladder_fingerprint
+from agent.supervision.store import RungRecord, RungStore
 from agent.watchdog.leak import LeakDetector
 from agent.watchdog.policy import HeadroomPolicy, Level
 from agent.watchdog.probes import MemorySample, process_rss
 from agent.watchdog.settings import WatchdogSettings
-from agent.watchdog.store import RungRecord, RungStore
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -25,13 +25,13 @@ from agent.engine import (
 )
 from agent.engine.engine import Engine
 from agent.engine.model_prep import ModelChoice
-from agent.engine.results import EngineHealth, EngineInfo, GenerationResult
-from agent.engine.stats import EngineStats
-from agent.supervisor import EngineSupervisor, Trouble, is_out_of_memory, supervised
+from agent.engine.results import EngineHealth, EngineInfo, EngineState, GenerationResult
+from agent.engine.stats import EngineStats, LatencyWindow
+from agent.supervision import EngineSupervisor, Trouble, is_out_of_memory, supervised
+from agent.supervision.ladder import ladder_fingerprint
+from agent.supervision.store import RungRecord, RungStore
 from agent.watchdog.events import EventLog
-from agent.watchdog.ladder import ladder_fingerprint
 from agent.watchdog.settings import WatchdogSettings
-from agent.watchdog.store import RungRecord, RungStore
 from pipelines.compat import timeout
 from tests.helpers import until
 
@@ -56,7 +56,7 @@ class StandInEngine:
 
     def __init__(self, fail_starts: list[BaseException] | None = None) -> None:
         self.fail_starts = list(fail_starts or [])
-        self.state = "stopped"
+        self.state: EngineState = "stopped"
         self.profile: EngineProfile | None = None
         self.info: EngineInfo | None = None
         self.model: ModelChoice | None = None
@@ -65,6 +65,8 @@ class StandInEngine:
         self.block = asyncio.Event()  # complete() waits on it when `hang` is set
         self.hang = False
         self.finish_reason = "stop"
+        self.ttft = LatencyWindow()
+        self.per_token = LatencyWindow()
 
     async def start(self, profile: EngineProfile, **_: Any) -> EngineInfo:
         self.profile = profile
@@ -97,7 +99,7 @@ class StandInEngine:
     async def health(self, timeout: float = 5.0) -> EngineHealth:
         if self.state == "running" and not self.healthy:
             self.state = "dead"
-        return EngineHealth(self.state, self.state == "running", self.state)  # type: ignore[arg-type]
+        return EngineHealth(self.state, self.state == "running", self.state)
 
     async def complete(self, prompt: Any, **_: Any) -> GenerationResult:
         if self.state != "running":
@@ -120,7 +122,7 @@ def supervisor(
         context_tokens=4096,
         answer_tokens=256,
         on_window=windows.append if windows is not None else None,
-        engine=engine,  # type: ignore[arg-type]
+        engine=engine,
     )
 
 
@@ -334,7 +336,7 @@ async def test_an_unwritable_state_file_is_reported_not_fatal(tmp_path: Path) ->
         PROFILE,
         WatchdogSettings(**FAST),
         store=RungStore(blocker / "watchdog.json"),
-        engine=engine,  # type: ignore[arg-type]
+        engine=engine,
     )
     async with supervised(sup):
         assert await sup.wait_serving()
@@ -365,7 +367,7 @@ async def test_a_bug_in_supervision_degrades_and_starts_over_instead_of_crashing
         context_tokens=4096,
         answer_tokens=256,
         on_window=flaky,
-        engine=engine,  # type: ignore[arg-type]
+        engine=engine,
     )
     async with supervised(sup):
         await until(lambda: sup.degraded, "degraded by the error")
@@ -373,19 +375,21 @@ async def test_a_bug_in_supervision_degrades_and_starts_over_instead_of_crashing
         await until(sup.ready.is_set, "serving after degraded_retry_s")
 
 
-class RecordingSupervisor:
-    state = "running"
+class RecordingSupervisor(EngineSupervisor):
+    """The supervisor as the memory watchdog drives it, recording what it is asked."""
 
     def __init__(self) -> None:
+        super().__init__(PROFILE, WatchdogSettings(**FAST), engine=StandInEngine())
+        self.state = "running"
         self.reports: list[Trouble] = []
-        self.shedding: list[bool] = []
+        self.shed: list[bool] = []
 
     def report(self, trouble: Trouble) -> bool:
         self.reports.append(trouble)
         return True
 
     def set_shedding(self, on: bool) -> None:
-        self.shedding.append(on)
+        self.shed.append(on)
 
     def note_pressure(self) -> None:
         pass
@@ -401,7 +405,7 @@ async def test_only_samples_below_the_critical_line_take_another_rung() -> None:
     seq = [2000, 400, 600, 560, 300, 2000]
     probe = ReplayProbe([MemorySample(mem_total=8 << 30, mem_available=m * mib) for m in seq])
     sup = RecordingSupervisor()
-    dog = MemoryWatchdog(WatchdogSettings(**FAST), probe, events=EventLog(), supervisor=sup)  # type: ignore[arg-type]
+    dog = MemoryWatchdog(WatchdogSettings(**FAST), probe, events=EventLog(), supervisor=sup)
     levels = [(await dog.check()) for _ in seq]
     assert [a.level.name for a in levels if a] == [
         "ok",
@@ -412,7 +416,7 @@ async def test_only_samples_below_the_critical_line_take_another_rung() -> None:
         "ok",
     ]
     assert len(sup.reports) == 2 and all(t.reason == "memory_critical" for t in sup.reports)
-    assert sup.shedding == [True, False]
+    assert sup.shed == [True, False]
 
 
 async def test_an_out_of_memory_request_restarts_a_rung_down(tmp_path: Path) -> None:
@@ -460,9 +464,9 @@ async def test_a_report_landing_as_the_stable_period_ends_is_not_lost(tmp_path: 
     """The climb timer and a trouble report in the same loop iteration: the trouble wins,
     and the wait does not spin."""
     sup = supervisor(tmp_path, StandInEngine())
-    sup.record = RungRecord(rung=1, fingerprint=FINGERPRINT)
-    sup.ladder = [
-        *__import__("agent.watchdog.ladder", fromlist=["build_ladder"]).build_ladder(
+    sup.rungs.record = RungRecord(rung=1, fingerprint=FINGERPRINT)
+    sup.rungs.ladder = [
+        *__import__("agent.supervision.ladder", fromlist=["build_ladder"]).build_ladder(
             PROFILE, context_tokens=4096, answer_tokens=256
         )
     ]
@@ -498,8 +502,8 @@ async def test_rungs_the_planner_refuses_are_skipped_and_a_refused_last_rung_goe
 ) -> None:
     engine = StandInEngine()
     sup = supervisor(tmp_path, engine)
-    sup._model_dir = tmp_path  # planning "possible": the verdicts come from below
-    sup._fits = lambda rung: rung.index not in (1, 2)  # type: ignore[method-assign]
+    sup.rungs._model_dir = tmp_path  # planning "possible": the verdicts come from below
+    sup.rungs._fits = lambda rung: rung.index not in (1, 2)  # type: ignore[method-assign]
     async with supervised(sup):
         assert await sup.wait_serving()
         sup.report(Trouble("memory_critical", "x", 1))
@@ -561,7 +565,7 @@ async def test_rung_saves_run_one_at_a_time_and_stop_waits_for_them(tmp_path: Pa
     store = _SlowStore(tmp_path / "watchdog.json")
     sup = EngineSupervisor(
         PROFILE, WatchdogSettings(**FAST), store=store, events=EventLog(keep=100),
-        context_tokens=4096, answer_tokens=256, engine=engine,  # type: ignore[arg-type]
+        context_tokens=4096, answer_tokens=256, engine=engine,
     )  # fmt: skip
     async with supervised(sup):
         assert await sup.wait_serving()

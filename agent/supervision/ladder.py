@@ -1,4 +1,4 @@
-"""The tuning ladder: the engine settings the watchdog steps down through, cheapest first.
+"""The tuning ladder: the engine settings the supervisor steps down, cheapest first.
 
 Rung 0 is the profile as configured. Each further rung changes one knob more, in the order
 the field found least costly (docs/watchdog.md):

@@ -1,24 +1,29 @@
 """The engine supervisor: keeps the embedded engine serving, or says loudly why it is not.
 
-It starts the engine on the ladder's current rung (agent.watchdog.ladder) beside the
+It starts the engine on the ladder's current rung (agent.supervision.rungs) beside the
 pipeline (the keyword tier never waits for it), and restarts it when
 
 - the engine core died (vLLM's EngineDeadError, or the health check finds it gone: what an
-  OOM kill of the child looks like), or a request failed with an out-of-memory error;
-- memory headroom went critical (the memory watchdog reports it);
+  OOM kill of the child looks like), or a request failed with an out-of-memory error
+  (agent.supervision.oom);
+- memory headroom went critical (the memory watchdog, agent.watchdog, reports it);
 - a request hangs past `watchdog.hang_s`;
 - an operator asks for it (same rung);
 
 taking one rung down the ladder for every cause but the operator's, and persisting the rung
 so that a reboot starts from the safe settings. After `stable_s` on a lowered rung without
 trouble it tries one rung back up. Failed starts are retried with jittered exponential
-backoff (tenacity); more than `restart_limit` restarts within `restart_window_s`, or a start
-that keeps failing, put the service in *degraded* mode: engine stopped, keyword alerts only,
-`degraded` in the status, another try after `degraded_retry_s`. Never a restart loop.
+backoff; more than `restart_limit` restarts within `restart_window_s`, or a start that
+keeps failing, put the service in *degraded* mode: engine stopped, keyword alerts only,
+`degraded` in the status, another try after `degraded_retry_s` (the restart budget,
+agent.supervision.budget). Never a restart loop.
 
 A profile the memory planner refuses is a configuration error, not memory trouble: the
 service stays keyword-only with the planner's verdict (`agentctl plan` explains it) and
 the ladder is not walked.
+
+Requests pass its gate (agent.supervision.gate): `ready` while the engine serves, `admit`
+while new analyses may also start; the health check here finds the ones that hang.
 
 Contexts live in the agent (pipelines.analysis), not in the engine: after a restart every
 stream continues where it was, and its next analysis re-prefills the window.
@@ -28,24 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import random
-import re
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import RetryCallState
 
 from agent.engine import (
     Engine,
@@ -55,36 +50,24 @@ from agent.engine import (
     EngineProfile,
     EngineWontFit,
 )
+from agent.engine.protocol import EngineProtocol
 from agent.engine.results import ChatMessage, GenerationResult
-from agent.engine.stats import EngineStats
+from agent.supervision.budget import DegradedRetry, RestartBudget, StartFailed
+from agent.supervision.gate import RequestGate
+from agent.supervision.ladder import Rung
+from agent.supervision.oom import is_out_of_memory
+from agent.supervision.rungs import Rungs
+from agent.supervision.snapshot import supervisor_snapshot, until
+from agent.supervision.store import RungRecord, RungStore
 from agent.watchdog.events import EventLog
-from agent.watchdog.ladder import KvRates, Rung, build_ladder, ladder_fingerprint
 from agent.watchdog.settings import WatchdogSettings
-from agent.watchdog.store import RungRecord, RungStore
 from pipelines.compat import TaskGroup
 
-__all__ = ["EngineSupervisor", "SupervisorState", "Trouble", "is_out_of_memory", "supervised"]
+__all__ = ["EngineSupervisor", "SupervisorState", "Trouble", "supervised"]
 
 log = structlog.get_logger(__name__)
 
 SupervisorState = Literal["stopped", "starting", "running", "restarting", "refused", "degraded"]
-_OOM_MARKERS = ("out of memory", "outofmemoryerror", "cannot allocate memory")
-# vLLM's multiprocess start reports a core killed by a signal as its negative exit code:
-# "Engine core initialization failed ... Failed core proc(s): {'EngineCore_DP0': -9}".
-# SIGKILL during a start is what the kernel's OOM killer does.
-_KILLED = re.compile(r"failed core proc.*:\s*-9\b|killed by signal 9|sigkill")
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """An error whose text (or cause's) says the allocator ran out: CUDA OOM, torch's
-    OutOfMemoryError, ENOMEM from the host allocator."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        text = f"{type(seen).__name__}: {seen}".lower()
-        if any(marker in text for marker in _OOM_MARKERS) or _KILLED.search(text):
-            return True
-        seen = seen.__cause__
-    return False
 
 
 @dataclass(frozen=True)
@@ -92,10 +75,6 @@ class Trouble:
     reason: str  # engine_dead, engine_unhealthy, oom_error, memory_critical, analysis_hang, ...
     detail: str
     step: int  # rungs to move: +1 down, -1 up, 0 stay
-
-
-class _StartFailed(Exception):
-    pass
 
 
 class EngineSupervisor:
@@ -109,50 +88,56 @@ class EngineSupervisor:
         context_tokens: int | None = None,
         answer_tokens: int = 0,
         on_window: Callable[[int], None] | None = None,
-        engine: Engine | None = None,
+        engine: EngineProtocol | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`store` None: the rung is not persisted (benchmarks, tests of one engine)."""
         self.profile = profile
         self.settings = settings or WatchdogSettings()
-        self.store = store
         self.events = events or EventLog()
-        self.engine = engine or Engine()
-        self._context_tokens = context_tokens
-        self._answer_tokens = answer_tokens
-        self._on_window = on_window
+        self.engine: EngineProtocol = engine or Engine()
+        self.rungs = Rungs(
+            profile,
+            store=store,
+            events=self.events,
+            context_tokens=context_tokens,
+            answer_tokens=answer_tokens,
+            on_window=on_window,
+        )
+        self.budget = RestartBudget(self.settings)
         self._clock = clock
         self.state: SupervisorState = "stopped"
         self.detail: str | None = None
-        self.ready = asyncio.Event()  # the engine serves requests
-        self.admit = asyncio.Event()  # ... and new analyses may start (not shedding load)
-        self.shedding = False
-        self.ladder: list[Rung] = [Rung(0, "none", "as configured", profile, context_tokens)]
-        self.record = RungRecord()
+        self.gate = RequestGate(clock)
+        self.ready = self.gate.ready  # the engine serves requests
+        self.admit = self.gate.admit  # ... and new analyses may start (not shedding load)
         self.restarts = 0
         self.restarts_by_reason: Counter[str] = Counter()
         self.last_restart: dict[str, Any] | None = None
-        self._restart_times: deque[float] = deque()
         self._troubles: asyncio.Queue[Trouble] = asyncio.Queue()
         self._trouble_pending = False
         self._trouble_at: float | None = None
         self._stable_since = clock()
-        self._retry_now = asyncio.Event()
-        self._inflight: dict[int, float] = {}
+        self._retry = DegradedRetry(clock)
         self._prepared = False
-        self._model_dir: Path | None = None  # for the planner's verdict on each rung
-        self._last_good = 0  # the last rung the engine started on
         self._last_pressure = float("-inf")  # monotonic time memory was last tight
-        self._quiet_saved = 0.0  # monotonic time the quiet clock was last persisted
-        self._retry_at: float | None = None  # degraded: when supervision tries again
-        self._saving: set[asyncio.Task[None]] = set()
-        self._save_lock = asyncio.Lock()
-        self._ids = itertools.count()
 
     # -- what the rest of the service sees ---------------------------------------------------
     @property
     def rung(self) -> Rung:
-        return self.ladder[min(self.record.rung, len(self.ladder) - 1)]
+        return self.rungs.current
+
+    @property
+    def ladder(self) -> list[Rung]:
+        return self.rungs.ladder
+
+    @property
+    def record(self) -> RungRecord:
+        return self.rungs.record
+
+    @property
+    def shedding(self) -> bool:
+        return self.gate.shedding
 
     @property
     def degraded(self) -> bool:
@@ -173,10 +158,9 @@ class EngineSupervisor:
         """
         if not self.ready.is_set():
             raise EngineNotRunning(f"engine is {self.state}")
-        token = next(self._ids)
-        self._inflight[token] = self._clock()
         try:
-            result = await self.engine.complete(prompt, **kwargs)
+            with self.gate.request():
+                result = await self.engine.complete(prompt, **kwargs)
         except EngineDead as exc:
             self.report(Trouble("engine_dead", str(exc), 1))
             raise
@@ -187,8 +171,6 @@ class EngineSupervisor:
                 self.report(Trouble("oom_error", str(exc)[:300], 1))
                 raise EngineNotRunning(f"out of memory: {exc}") from exc
             raise
-        finally:
-            self._inflight.pop(token, None)
         if result.finish_reason == "abort":
             # shutdown() aborts what is in flight: not an answer, nothing to parse
             raise EngineNotRunning("request aborted: the engine is restarting")
@@ -201,43 +183,36 @@ class EngineSupervisor:
             log.debug("supervisor.trouble_ignored", reason=trouble.reason, state=self.state)
             return False
         self._trouble_pending = True
-        self.ready.clear()
-        self.admit.clear()
+        self.gate.close()
         self._troubles.put_nowait(trouble)
         return True
+
+    def report_memory_critical(self, reasons: str) -> bool:
+        """The memory watchdog's critical level: restart one rung down (see report)."""
+        return self.report(Trouble("memory_critical", reasons, 1))
 
     def request_restart(self, reason: str = "operator") -> bool:
         """An operator's restart on the same rung; in degraded mode, retry now."""
         if self.degraded:
-            self._retry_now.set()
+            self._retry.request()
             return True
         return self.report(Trouble(reason, "requested", 0))
 
     def set_shedding(self, on: bool) -> None:
         """Warn level: no new analyses; those in flight finish; keyword alerts go on."""
-        self.shedding = on
+        self.gate.shed(on)
         if on:
-            self.admit.clear()
             self.note_pressure()
-        elif self.ready.is_set():
-            self.admit.set()
 
     def note_pressure(self) -> None:
         """Memory was tight: the stable period before climbing a rung starts again (also
         across a reboot: persisted, at most every ten minutes)."""
         now = self._clock()
         self._stable_since = self._last_pressure = now
-        if self.record.rung > 0 and self.store is not None and now - self._quiet_saved > 600:
-            self._quiet_saved = now
-            self.record.quiet_since = time.time()
-            task = asyncio.create_task(self._save())
-            self._saving.add(task)
-            task.add_done_callback(self._saving.discard)
+        self.rungs.note_pressure(now)
 
     def oldest_request_s(self) -> float | None:
-        if not self._inflight:
-            return None
-        return self._clock() - min(self._inflight.values())
+        return self.gate.oldest_s()
 
     # -- the supervising loop ------------------------------------------------------------------
     async def run(self) -> None:
@@ -259,7 +234,12 @@ class EngineSupervisor:
 
     async def _supervise(self) -> None:
         if not self._prepared:
-            await self._prepare()
+            quiet = await self.rungs.prepare()
+            if quiet > 0:
+                # The stable period counts across reboots: a device power-cycled every
+                # night must still climb back one day.
+                self._stable_since = self._clock() - quiet
+            self.rungs.resume()
             self._prepared = True
         async with TaskGroup() as tg:
             monitor = tg.create_task(self._monitor(), name="engine.monitor")
@@ -278,130 +258,18 @@ class EngineSupervisor:
         return True
 
     async def stop(self) -> None:
-        self.ready.clear()
-        self.admit.clear()
+        self.gate.close()
         if self.engine.state != "stopped":
             await self.engine.shutdown()
-        if self._saving:  # a quiet-clock save still writing: let it finish
-            await asyncio.gather(*self._saving, return_exceptions=True)
+        await self.rungs.drain()
         self.state = "stopped"
-
-    async def _prepare(self) -> None:
-        kv = await asyncio.to_thread(self._kv_rates)
-        self.ladder = build_ladder(
-            self.profile,
-            context_tokens=self._context_tokens,
-            answer_tokens=self._answer_tokens,
-            kv=kv,
-        )
-        fingerprint = ladder_fingerprint(
-            self.profile, self._context_tokens, self._answer_tokens, kv
-        )
-        record = RungRecord(fingerprint=fingerprint)
-        if self.store is not None:
-            record = await asyncio.to_thread(self.store.load, fingerprint)
-            if self.store.notice is not None:
-                self.events.record(
-                    "watchdog.state_reset",
-                    "warning",
-                    path=str(self.store.path),
-                    detail=self.store.notice,
-                )
-        record.rung = max(0, min(record.rung, len(self.ladder) - 1))
-        self.record = record
-        rung = self.rung
-        quiet = time.time() - (record.quiet_since or record.at or time.time())
-        if rung.index and quiet > 0:
-            # The stable period counts across reboots: a device power-cycled every night
-            # must still climb back one day.
-            self._stable_since = self._clock() - quiet
-        if rung.index:
-            self.events.record(
-                "watchdog.resume_rung",
-                "error" if rung.loud else "warning",
-                rung=rung.index,
-                name=rung.name,
-                reason=record.reason,
-                detail="starting on the rung persisted before this start",
-            )
-            self._apply_window(rung)
-
-    def _kv_rates(self) -> KvRates | None:
-        """From the memory planner, so that KV rungs stay above one full context; None when
-        the model cannot be planned (the engine's own planner then judges each rung)."""
-        from agent.engine.model_prep import model_dir_for
-        from agent.engine.planner import plan_memory
-
-        try:
-            model_dir = model_dir_for(self.profile)
-            plan = plan_memory(model_dir, self.profile)
-            self._model_dir = model_dir
-            return KvRates(plan.kv_bytes_per_token, plan.fixed_bytes_per_seq)
-        except Exception as exc:  # the start will report the real problem
-            log.warning("watchdog.ladder_without_plan", error=f"{type(exc).__name__}: {exc}")
-            return None
-
-    def _fits(self, rung: Rung) -> bool:
-        """The memory planner's verdict on a rung (True when the model cannot be planned:
-        the engine's own planner judges it at start)."""
-        from agent.engine.planner import plan_memory
-
-        if self._model_dir is None:
-            return True
-        try:
-            return plan_memory(self._model_dir, rung.profile).fits
-        except Exception as exc:  # planning problems surface at the start itself
-            log.warning(
-                "watchdog.rung_unplanned",
-                rung=rung.index,
-                name=rung.name,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            return True
-
-    async def _fitting_below(self, index: int) -> int | None:
-        """The first rung from `index` down that the planner accepts."""
-        for rung in self.ladder[index:]:
-            if await asyncio.to_thread(self._fits, rung):
-                return rung.index
-            self.events.record("watchdog.rung_unfit", "warning", rung=rung.index, name=rung.name)
-        return None
-
-    def _clear_troubles(self) -> None:
-        self._trouble_pending = False
-        while not self._troubles.empty():
-            self._troubles.get_nowait()
-
-    async def _save(self) -> None:
-        """Persist the record. Saves run one at a time (they share the temporary file), each
-        writing a snapshot taken on the loop when its turn comes, so the newest state wins."""
-        if self.store is None:
-            return
-        store = self.store
-        try:
-            async with self._save_lock:
-                await asyncio.to_thread(store.save, store.encode(self.record))
-        except OSError as exc:  # a full or read-only state directory: keep going
-            self.events.record(
-                "watchdog.state_unwritable", "error", path=str(self.store.path), error=str(exc)
-            )
 
     async def _start(self) -> bool:
         """Start on the current rung; True once serving, False when refused for good."""
         cfg = self.settings
         while True:
             try:
-                async for attempt in AsyncRetrying(
-                    retry=retry_if_exception_type(_StartFailed),
-                    stop=stop_after_attempt(cfg.restart_limit),
-                    # full jitter, as for the broker: devices restarted together by one
-                    # power cut do not retry their engines in lockstep
-                    wait=wait_random_exponential(
-                        multiplier=cfg.backoff_initial_s, max=cfg.backoff_max_s
-                    ),
-                    before_sleep=self._before_retry,
-                    reraise=True,
-                ):
+                async for attempt in self.budget.start_attempts(self._before_retry):
                     with attempt:
                         await self._start_once()
                 return True
@@ -415,8 +283,8 @@ class EngineSupervisor:
                         "watchdog.rung_unfit", "error", rung=rung.index, verdict=exc.verdict
                     )
                     below = rung.index + 1 < len(self.ladder)
-                    target = rung.index + 1 if below else self._last_good
-                    await self._set_rung(target, f"rung {rung.index} refused: {exc.verdict}")
+                    target = rung.index + 1 if below else self.rungs.last_good
+                    await self.rungs.move(target, f"rung {rung.index} refused: {exc.verdict}")
                     if not below:
                         await self._degrade(f"rung {rung.index} refused: {exc.verdict}")
                     continue
@@ -424,7 +292,7 @@ class EngineSupervisor:
                 self.events.record("engine.refused", "error", verdict=exc.verdict)
                 log.error("engine.refused_plan", plan=exc.plan_text)
                 return False
-            except _StartFailed as exc:
+            except StartFailed as exc:
                 await self._degrade(f"the engine failed to start {cfg.restart_limit} times: {exc}")
 
     def _before_retry(self, state: RetryCallState) -> None:
@@ -454,21 +322,19 @@ class EngineSupervisor:
                 "engine.start_failed", "error", rung=rung.index, out_of_memory=oom, error=detail
             )
             if oom and rung.index + 1 < len(self.ladder):
-                target = await self._fitting_below(rung.index + 1)
+                target = await self.rungs.fitting_below(rung.index + 1)
                 if target is not None:
-                    await self._set_rung(target, f"out of memory at start: {detail[:200]}")
-            raise _StartFailed(detail) from exc
+                    await self.rungs.move(target, f"out of memory at start: {detail[:200]}")
+            raise StartFailed(detail) from exc
         self.state, self.detail = "running", info.plan_verdict
-        self._last_good = rung.index
+        self.rungs.last_good = rung.index
         recovery_s = None
         if self._trouble_at is not None:
             recovery_s = round(self._clock() - self._trouble_at, 2)
             if self.last_restart is not None:
                 self.last_restart["recovery_s"] = recovery_s
             self._trouble_at = None
-        self.ready.set()
-        if not self.shedding:
-            self.admit.set()
+        self.gate.open()
         self.events.record(
             "engine.ready",
             "info",
@@ -493,8 +359,7 @@ class EngineSupervisor:
                 timeout = self._stable_since + self.settings.stable_s - self._clock()
                 if timeout <= 0:
                     self._trouble_pending = True
-                    self.ready.clear()
-                    self.admit.clear()
+                    self.gate.close()
                     stable = f"{self.settings.stable_s:.0f} s without trouble"
                     return Trouble("stable", stable, -1)
             with contextlib.suppress(asyncio.TimeoutError):
@@ -509,16 +374,14 @@ class EngineSupervisor:
         if trouble.step > 0 and target != frm.index:
             # Only rungs the memory planner accepts: a persisted rung that can never start
             # would outlive the trouble (reboots included).
-            fitting = await self._fitting_below(target)
+            fitting = await self.rungs.fitting_below(target)
             target = frm.index if fitting is None else fitting
         # A climb is not a failure, and an operator's restart is intended: neither counts
         # toward the rate limit (both are still counted restarts).
         self.restarts += 1
-        if trouble.step >= 0 and trouble.reason != "operator":
-            self._restart_times.append(now)
-            window = self.settings.restart_window_s
-            while self._restart_times and now - self._restart_times[0] > window:
-                self._restart_times.popleft()
+        counted = trouble.step >= 0 and trouble.reason != "operator"
+        if counted:
+            self.budget.charge(now)
         self.restarts_by_reason[trouble.reason] += 1
         self.last_restart = {
             "at": round(time.time(), 3),
@@ -548,67 +411,37 @@ class EngineSupervisor:
         if target != frm.index:
             # Persisted before the shutdown (up to 30 s): a service killed meanwhile still
             # boots on the safer rung.
-            await self._set_rung(target, f"{trouble.reason}: {trouble.detail}"[:300])
+            await self.rungs.move(target, f"{trouble.reason}: {trouble.detail}"[:300])
         await self.engine.shutdown()
         self._clear_troubles()
-        failures = len(self._restart_times)
-        cfg = self.settings
-        if failures > cfg.restart_limit:
-            await self._degrade(
-                f"{failures} restarts within {cfg.restart_window_s:.0f} s "
-                f"(limit {cfg.restart_limit})"
-            )
-        elif trouble.step >= 0 and trouble.reason != "operator" and failures >= 2:
+        if self.budget.exhausted:
+            await self._degrade(self.budget.exhausted_detail())
+        elif counted and self.budget.spent >= 2:
             # The first restart is at once (the cause is known); repeated ones within the
             # window back off, full jitter, like failed starts.
-            wait = random.uniform(  # noqa: S311 (jitter, not a secret)
-                0, min(cfg.backoff_max_s, cfg.backoff_initial_s * 2 ** (failures - 2))
-            )
+            wait = self.budget.backoff_s()
             self.events.record(
-                "engine.restart_backoff", "warning", failures=failures, wait_s=round(wait, 2)
+                "engine.restart_backoff",
+                "warning",
+                failures=self.budget.spent,
+                wait_s=round(wait, 2),
             )
             await asyncio.sleep(wait)
 
-    async def _set_rung(self, index: int, reason: str) -> None:
-        frm, to = self.rung, self.ladder[index]
-        record = self.record
-        record.history.append(
-            {"at": round(time.time(), 3), "from": frm.index, "to": to.index, "reason": reason}
-        )
-        record.rung, record.name, record.reason = to.index, to.name, reason
-        record.at = record.quiet_since = time.time()
-        await self._save()
-        self.events.record(
-            "watchdog.rung",
-            "error" if to.loud or to.index > frm.index else "info",
-            rung=to.index,
-            name=to.name,
-            knob=to.knob,
-            direction="down" if to.index > frm.index else "up",
-            reason=reason,
-            persisted=str(self.store.path) if self.store is not None else None,
-        )
-        self._apply_window(to)
-
-    def _apply_window(self, rung: Rung) -> None:
-        if self._on_window is not None and rung.context_tokens is not None:
-            self._on_window(rung.context_tokens)
+    def _clear_troubles(self) -> None:
+        self._trouble_pending = False
+        while not self._troubles.empty():
+            self._troubles.get_nowait()
 
     async def _degrade(self, why: str) -> None:
         self.state, self.detail = "degraded", why
-        self.ready.clear()
-        self.admit.clear()
+        self.gate.close()
         retry = self.settings.degraded_retry_s
-        self._retry_at = self._clock() + retry
+        self._retry.arm(retry)
         self.events.record("engine.degraded", "error", detail=why, retry_in_s=retry)
         if self.engine.state != "stopped":
             await self.engine.shutdown()
-        self._retry_now.clear()
-        try:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._retry_now.wait(), retry)
-        finally:
-            self._retry_at = None
+        await self._retry.wait(retry)
         self.events.record("engine.degraded_retry", "warning", rung=self.rung.index)
 
     async def _monitor(self) -> None:
@@ -630,65 +463,25 @@ class EngineSupervisor:
 
     # -- reporting -----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        info = self.engine.info
         rung = self.rung
         now = self._clock()
         climb_at = self._stable_since + self.settings.stable_s if rung.index else None
-        return {
-            "state": self.state,
-            "detail": self.detail,
-            "vllm_version": info.vllm_version if info else None,
-            "backend": info.backend if info else None,
-            "model": self.engine.model.as_dict() if self.engine.model else None,
-            "spec": f"{info.spec_method} k={info.spec_k}" if info else None,
-            "spec_reason": info.spec_reason if info else None,
-            "degraded": self.degraded,
-            "retry_in_s": _until(self._retry_at, now),
-            "shedding": self.shedding,
-            "rung": {
-                **rung.as_dict(),
-                "of": len(self.ladder) - 1,
-                "reason": self.record.reason,
-                "since": self.record.at,
-                "climb_in_s": _until(climb_at, now),
-            },
-            "restarts": self.restarts,
-            "restarts_by_reason": dict(self.restarts_by_reason),
-            "last_restart": self.last_restart,
-            "requests_in_flight": len(self._inflight),
-            "engine_pids": self.engine.core_pids(),
-            "engine": _engine_figures(self.engine.stats()),
-        }
-
-
-def _engine_figures(stats: EngineStats) -> dict[str, Any]:
-    """What an operator reads of the engine's own statistics (this run's counters; the
-    latencies span every run)."""
-    return {
-        "requests": stats.requests,
-        "generated_tokens": stats.generated_tokens,
-        "num_waiting_reqs": stats.num_waiting_reqs,
-        "kv_cache_usage": round(stats.kv_cache_usage, 3),
-        "prefix_cache_hit_rate": _round(stats.prefix_cache_hit_rate),
-        "spec_method": stats.spec_method,
-        "spec_k": stats.spec_k,
-        "spec_acceptance_rate": _round(stats.spec_acceptance_rate),
-        "spec_mean_accepted_length": _round(stats.spec_mean_accepted_length),
-        "preemptions": stats.preemptions,
-        "ttft_p50_s": _round(stats.ttft_p50_s),
-        "ttft_p95_s": _round(stats.ttft_p95_s),
-        "per_token_p50_s": _round(stats.per_token_p50_s, 4),
-        "per_token_p95_s": _round(stats.per_token_p95_s, 4),
-    }
-
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _until(at: float | None, now: float) -> float | None:
-    """Seconds from `now` until `at` (0 when past), rounded; None when nothing is due."""
-    return None if at is None else round(max(0.0, at - now), 1)
+        return supervisor_snapshot(
+            state=self.state,
+            detail=self.detail,
+            engine=self.engine,
+            degraded=self.degraded,
+            retry_in_s=until(self._retry.at, now),
+            shedding=self.shedding,
+            rung=rung,
+            top_rung=len(self.ladder) - 1,
+            record=self.record,
+            climb_in_s=until(climb_at, now),
+            restarts=self.restarts,
+            restarts_by_reason=self.restarts_by_reason,
+            last_restart=self.last_restart,
+            requests_in_flight=self.gate.in_flight,
+        )
 
 
 @contextlib.asynccontextmanager
