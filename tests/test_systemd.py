@@ -130,7 +130,7 @@ async def test_no_pings_while_the_pipeline_or_the_loop_is_stuck(
         await asyncio.sleep(0.6)
         assert len(notify.pings()) >= 2
         # A stuck pipeline: the detector cannot take the lock, a segment waits in the queue.
-        async with daemon._processing:
+        async with daemon.keywords.lock:
             now = time.time()
             body = {"stream_id": "m", "seq": 1, "start": now - 1, "end": now, "text": "hi"}
             await publish_all(
