@@ -3,12 +3,13 @@ keyword stage and its input is settled.
 
 The path of a transcript, top to bottom here and on in pipelines/keyword_stage.py:
 
-1. `on_message` (the link's callback, on the event loop, one message at a time; the link
-   contains a bug in it, counts it and calls `on_message_error`): a fleet document goes to
-   the fleet manager, an audio clip to `on_audio`, a transcript is parsed within the
-   ingest limits (pipelines.ingest: bounded JSON, size, schema, clock skew, allowed
-   streams) and checked against `ingest.max_streams`; a refusal is counted and reported on
-   `<prefix>/errors` and its message acknowledged at once (it must not come back).
+1. `on_message` (the link's callback, on the event loop, one message at a time; a bug in
+   it is contained by the link, which counts it and calls `on_message_error`): a fleet
+   document goes to the fleet manager, an audio clip to `on_audio`, a transcript is parsed
+   within the ingest limits (pipelines.ingest: bounded JSON, size, schema, clock skew,
+   allowed streams) and checked against `ingest.max_streams`; a refusal is counted and
+   reported on `<prefix>/errors` and its message acknowledged at once (it must not come
+   back).
 2. `accept` puts the segment on the bounded queue with what settles its input (the MQTT
    `Ack`); a full queue sheds its oldest segment (counted, reported, settled).
 3. `run` takes one segment at a time to the keyword stage (`KeywordStage.process`), and
