@@ -23,8 +23,9 @@ log = structlog.get_logger(__name__)
 
 
 class ErrorReporter:
-    def __init__(self, link: MqttLink, topic: str, per_minute: int, stats: Stats) -> None:
-        self._link = link
+    def __init__(self, topic: str, per_minute: int, stats: Stats) -> None:
+        """Built before the broker link (the intake reports through it); `run()` publishes
+        on the link."""
         self._topic = topic
         self._rate = per_minute / 60.0
         self._capacity = float(per_minute)
@@ -55,11 +56,11 @@ class ErrorReporter:
         if self._queue.put(json.dumps(event, ensure_ascii=False).encode()) is not None:
             self._stats.errors_suppressed += 1
 
-    async def run(self) -> None:
+    async def run(self, link: MqttLink) -> None:
         while True:
             payload = await self._queue.get()
-            await self._link.connected.wait()
+            await link.connected.wait()
             try:
-                await self._link.publish(self._topic, payload, qos=1)
+                await link.publish(self._topic, payload, qos=1)
             except NotConnectedError:
                 self._stats.errors_suppressed += 1  # best effort: errors are not durable

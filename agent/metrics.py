@@ -1,9 +1,9 @@
 """Prometheus `/metrics` on a loopback port: the status snapshot, rendered for scraping.
 
-One source, three outputs: a scrape calls the same `status_snapshot()` that feeds
-`<prefix>/status` and `agentctl status`, and the same `LatencyWindow`s whose percentiles the
-snapshot shows give the histograms. Nothing here keeps a second set of counters that could
-drift from the status.
+One source, three outputs: a scrape calls the same `Status.snapshot()` (agent.snapshot)
+that feeds `<prefix>/status` and `agentctl status`, and the same `LatencyWindow`s whose
+percentiles the snapshot shows give the histograms. Nothing here keeps a second set of
+counters that could drift from the status.
 
 The endpoint is served by asyncio on the event loop (no exporter thread): a scrape reads
 the daemon's state between two of its steps, so a snapshot is consistent without locks. It
@@ -57,7 +57,7 @@ class Histogram:
 
 
 def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[Metric]:
-    """The metric families of one status snapshot (agent.daemon.Daemon.status_snapshot)."""
+    """The metric families of one status snapshot (agent.snapshot.Status.snapshot)."""
     out = _Families()
     out.gauge(
         "info",

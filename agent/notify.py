@@ -6,22 +6,26 @@ device without libsystemd headers still reports to systemd. Without `NOTIFY_SOCK
 under systemd, or `Type=simple`) every call is a no-op.
 
 The watchdog interval comes from `WATCHDOG_USEC` (set by `WatchdogSec=`), honoured only
-when `WATCHDOG_PID` is unset or ours; the daemon pings at half of it, and only while it
-makes progress (agent.daemon), so a hung event loop or a stuck pipeline gets the service
-killed and restarted by systemd.
+when `WATCHDOG_PID` is unset or ours; `notify_loop` (a task of the daemon) pings at half of
+it, and only while the pipeline makes progress, so a hung event loop or a stuck pipeline
+gets the service killed and restarted by systemd.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
-from typing import Any
+import time
+from typing import Any, Protocol
 
 import structlog
 
-__all__ = ["SystemdNotifier"]
+__all__ = ["Progress", "Readiness", "SystemdNotifier", "notify_loop"]
 
 log = structlog.get_logger(__name__)
+
+_READY_POLL_S = 0.1
 
 
 def _systemd_notify() -> Any:
@@ -85,3 +89,48 @@ class SystemdNotifier:
 
     def stopping(self) -> bool:
         return self.send("STOPPING=1\nSTATUS=stopping")
+
+
+class Readiness(Protocol):
+    """What systemd is told (agent.snapshot.Status fits)."""
+
+    def serving(self) -> bool: ...
+    def line(self) -> str: ...
+
+
+class Progress(Protocol):
+    """Whether the pipeline keeps up (agent.intake.Intake fits)."""
+
+    @property
+    def processed(self) -> int: ...
+    def waiting(self) -> int: ...
+
+
+async def notify_loop(n: SystemdNotifier, status: Readiness, progress: Progress) -> None:
+    """READY once serving, STATUS when it changes, WATCHDOG at half of WatchdogSec while
+    the loop runs (this task is on it) and the pipeline drains what is queued."""
+    period = min(n.ping_interval_s or 5.0, 5.0)
+    ready = False
+    last = None
+    seen = progress.processed
+    next_ping = time.monotonic()
+    while True:
+        line = status.line()
+        if not ready and status.serving():
+            ready = True
+            n.ready(line)
+            log.info("agent.ready", status=line, systemd=n.enabled)
+        elif ready and line != last:
+            n.status(line)
+        last = line
+        if n.ping_interval_s is not None and time.monotonic() >= next_ping:
+            next_ping = time.monotonic() + period
+            waiting = progress.waiting()
+            if waiting > 0 and progress.processed == seen:
+                # Work waiting and none done for a whole period: let systemd decide.
+                log.error("agent.stalled", waiting=waiting, period_s=period)
+            else:
+                n.watchdog()
+            seen = progress.processed
+        # Until READY, look often: `systemctl start` waits on it (no lag after connect).
+        await asyncio.sleep(period if ready else min(period, _READY_POLL_S))

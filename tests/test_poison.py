@@ -149,16 +149,16 @@ async def test_a_bug_handling_one_message_is_contained(
     """An unexpected exception inside the message callback (injected: no payload makes our
     code raise on demand) is counted as internal_error, reported on <prefix>/errors and
     logged; the link stays up and the next message alerts."""
-    import agent.daemon as daemon_module
+    import agent.intake as intake_module
 
-    real = daemon_module.parse_transcript
+    real = intake_module.parse_transcript
 
     def buggy(stream_id: str, payload: bytes, *args: Any, **kwargs: Any) -> Any:
         if b"boom" in payload:
             raise RuntimeError("injected bug")
         return real(stream_id, payload, *args, **kwargs)
 
-    monkeypatch.setattr(daemon_module, "parse_transcript", buggy)
+    monkeypatch.setattr(intake_module, "parse_transcript", buggy)
     loaded = load_config(
         REPO / "configs" / "agent.yaml",
         overrides=[

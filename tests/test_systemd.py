@@ -139,7 +139,7 @@ async def test_no_pings_while_the_pipeline_or_the_loop_is_stuck(
             def stalls() -> int:
                 return sum(e["event"] == "agent.stalled" for e in logs)
 
-            async with daemon._processing:
+            async with daemon.keywords.lock:
                 now = time.time()
                 body = {"stream_id": "m", "seq": 1, "start": now - 1, "end": now, "text": "hi"}
                 await publish_all(

@@ -341,7 +341,7 @@ async def run_engine_mode(
             analyzer.add("mic1", seq=seg.seq, start=seg.start, end=seg.end, text=seg.text)
             return
         before = keywords.stats.keyword_matches
-        await keywords.process(parse_transcript("mic2", payload, limits, time.time()))
+        await keywords.keywords.process(parse_transcript("mic2", payload, limits, time.time()))
         if keywords.stats.keyword_matches > before and keywords.outbox.depth:
             alerted.add(seq)
 

@@ -1,0 +1,201 @@
+"""The way out: alert events into the outbox, and from it, the status and our transcripts
+onto MQTT.
+
+- `AlertWriter` is the keyword stage's `AlertSink` (pipelines.keyword_stage): each batch of
+  alert events becomes outbox rows in one transaction with the active alerts it changed,
+  goes to `agentctl alerts --follow` clients, and is counted (per type, new ones per hour
+  and per day, segment-to-alert latency once durable).
+- `Publisher` delivers the outbox in order with QoS 1 (a row leaves the outbox on its
+  PUBACK), publishes the retained status every `mqtt.status_interval_s` and at once when
+  kicked (a watchdog or supervisor decision, a fleet answer), and the fleet's retained
+  answers.
+- `Transcripts`: the ASR's segments for other consumers (`asr.publish_transcript`), best
+  effort and bounded: the alert path never depends on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from agent.control import ControlServer
+from agent.mqtt import MqttLink, NotConnectedError, Topics
+from agent.outbox import Outbox, PendingEvent
+from agent.stats import Stats
+from pipelines.alerts import EventType
+from pipelines.keyword_stage import AlertBatch
+from pipelines.queues import SheddingQueue
+
+__all__ = ["AlertWriter", "Publisher", "Transcripts"]
+
+log = structlog.get_logger(__name__)
+
+_RETRY_S = 1.0
+_ACK_WAIT_S = 60.0  # an acknowledgement waits this long for the broker, then stays in status
+
+
+class AlertWriter:
+    def __init__(
+        self,
+        outbox: Outbox,
+        topics: Topics,
+        stats: Stats,
+        device_id: Callable[[], str],
+        followers: ControlServer | None,
+    ) -> None:
+        """`followers`: the control socket whose `alerts --follow` clients see every event
+        (one that did not start has none)."""
+        self._outbox = outbox
+        self._topics = topics
+        self._stats = stats
+        self._device_id = device_id
+        self._followers = followers
+        self._new_alerts: deque[float] = deque()  # times of `new` events in the last hour
+        self._today: tuple[str, int] = (time.strftime("%Y-%m-%d"), 0)
+
+    async def commit(self, batch: AlertBatch) -> None:
+        pending = []
+        for event in batch.events:
+            body = {**event.payload(), "device_id": self._device_id()}
+            pending.append(
+                PendingEvent(
+                    self._topics.alerts,
+                    json.dumps(body, ensure_ascii=False).encode(),
+                    event.type.value,
+                )
+            )
+            self._stats.alert_events[event.type.value] += 1
+            if event.type is EventType.new:
+                self._new_alerts.append(time.monotonic())
+                today = time.strftime("%Y-%m-%d")
+                day, count = self._today
+                self._today = (today, count + 1 if day == today else 1)
+            if self._followers is not None:
+                self._followers.publish(body)
+            log.info(
+                "alert.event",
+                type=event.type.value,
+                alert_id=event.alert_id,
+                stream_id=event.alert["stream_id"],
+                fault=event.alert["fault"],
+                count=event.alert["count"],
+                seq=event.seq,
+            )
+        await self._outbox.append(pending, batch.upserts, batch.deletes)
+        for event in batch.events:  # timed once durable: from here the publisher delivers them
+            if event.type is EventType.new:
+                alert = event.alert
+                seq = alert["evidence"][-1]["seq"] if alert["evidence"] else None
+                self._stats.alert_raised(alert["stream_id"], seq, alert["fault"], alert["source"])
+
+    def alerts_last_hour(self) -> int:
+        cutoff = time.monotonic() - 3600
+        while self._new_alerts and self._new_alerts[0] < cutoff:
+            self._new_alerts.popleft()
+        return len(self._new_alerts)
+
+    def alerts_today(self) -> int:
+        day, count = self._today
+        return count if day == time.strftime("%Y-%m-%d") else 0
+
+
+class Transcripts:
+    """Our transcripts for other consumers: a bounded queue that drops, and counts, what
+    it cannot hold or send."""
+
+    def __init__(self) -> None:
+        self._queue: SheddingQueue[tuple[str, bytes]] = SheddingQueue(256)
+        self.published = self.dropped = 0
+
+    def put(self, topic: str, body: bytes) -> None:
+        if self._queue.put((topic, body)) is not None:
+            self.dropped += 1
+
+    async def run(self, link: MqttLink) -> None:
+        while True:
+            topic, body = await self._queue.get()
+            try:
+                await link.publish(topic, body, qos=1)
+                self.published += 1
+            except NotConnectedError:  # best effort: the alert path does not depend on it
+                self.dropped += 1
+
+
+class Publisher:
+    def __init__(
+        self,
+        link: MqttLink,
+        topics: Topics,
+        outbox: Outbox,
+        stats: Stats,
+        *,
+        status: Callable[[], bytes],
+        status_interval_s: Callable[[], float],
+    ) -> None:
+        """`status`: the retained status payload now; `status_interval_s`: the configured
+        interval (asked each round: a fleet apply may change it)."""
+        self._link = link
+        self._topics = topics
+        self._outbox = outbox
+        self._stats = stats
+        self._status = status
+        self._interval_s = status_interval_s
+        self.kick = asyncio.Event()  # set: publish the status now
+
+    async def run_outbox(self) -> None:
+        outbox, link = self._outbox, self._link
+        while True:
+            outbox.changed.clear()
+            rows = await outbox.peek()
+            if not rows:
+                await outbox.changed.wait()
+                continue
+            await link.connected.wait()
+            for row in rows:
+                try:
+                    await link.publish(row.topic, row.payload, qos=1)
+                except NotConnectedError as exc:
+                    self._stats.publish_failures += 1
+                    log.warning("outbox.publish_deferred", error=str(exc), pending=outbox.depth)
+                    if link.connected.is_set():
+                        # No PUBACK in time on a live link (a slow or stalled broker): try
+                        # the same row again shortly; a redelivery is deduplicated by id+seq.
+                        await asyncio.sleep(_RETRY_S)
+                    else:
+                        await link.wait_disconnected()
+                    break
+                await outbox.ack(row.id)
+                self._stats.published += 1
+
+    async def drain_outbox(self, limit_s: float) -> None:
+        """Until the outbox is empty, the link is down or `limit_s` passed (what remains
+        stays on disk for the next start)."""
+        deadline = time.monotonic() + limit_s
+        while self._outbox.depth and self._link.connected.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def run_status(self) -> None:
+        while True:
+            await self._link.connected.wait()
+            self.kick.clear()
+            with contextlib.suppress(NotConnectedError):  # the next round publishes again
+                await self._link.publish(self._topics.status, self._status(), retain=True)
+            # Every interval, and at once after a watchdog or supervisor decision.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.kick.wait(), self._interval_s())
+
+    async def publish_ack(self, body: dict[str, Any]) -> None:
+        """A fleet answer, retained, so a fleet tool sees each device's last answer
+        whenever it looks."""
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        with contextlib.suppress(NotConnectedError, asyncio.TimeoutError):
+            await asyncio.wait_for(self._link.connected.wait(), _ACK_WAIT_S)
+            await self._link.publish(self._topics.config_ack, payload, retain=True)
+        self.kick.set()
