@@ -44,6 +44,7 @@ from agent.mqtt import Ack, MqttLink, NotConnectedError, Topics
 from agent.notify import SystemdNotifier
 from agent.outbox import Outbox, PendingEvent
 from agent.stats import Stats
+from agent.status import Status
 from agent.supervisor import EngineSupervisor
 from agent.watchdog.events import EventLog
 from agent.watchdog.monitor import MemoryWatchdog
@@ -503,7 +504,9 @@ class Daemon:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._status_kick.wait(), self.cfg.mqtt.status_interval_s)
 
-    def status_snapshot(self, state: str = "running") -> dict[str, Any]:
+    def status_snapshot(self, state: str = "running") -> Status:
+        """The sections' snapshots, validated once into the status model (agent.status):
+        what `<prefix>/status`, `agentctl status` and `/metrics` render."""
         if state == "running" and self.llm is not None and self.llm.degraded:
             state = "degraded"  # keyword alerts only, until the engine is tried again
         analysis = self.analysis.snapshot() if self.analysis is not None else None
@@ -564,7 +567,7 @@ class Daemon:
         if analysis is not None:  # each stream's window beside its ingest counters
             for sid, ctx in analysis.pop("streams").items():
                 snap["streams"].setdefault(sid, {})["context"] = ctx
-        return snap
+        return Status.model_validate(snap)
 
     def latency_histograms(self) -> list[Histogram]:
         """The latencies /metrics exports as histograms (the status shows their p50/p95)."""
@@ -609,7 +612,7 @@ class Daemon:
         """agentctl's requests (agent.control); the status is the same snapshot as MQTT's."""
         cmd = req["cmd"]
         if cmd == "status":
-            return {"ok": True, "status": self.status_snapshot()}
+            return {"ok": True, "status": self.status_snapshot().document()}
         if cmd == "alerts":
             return {"ok": True, "active": [a.public() for a in self.tracker.active()]}
         if cmd == "config":
@@ -701,7 +704,7 @@ class Daemon:
         return len(self._new_alerts)
 
     def status_payload(self, state: str = "running") -> bytes:
-        return json.dumps(self.status_snapshot(state), ensure_ascii=False).encode()
+        return self.status_snapshot(state).payload()
 
     # -- lifecycle ----------------------------------------------------------------------
 
