@@ -17,7 +17,7 @@ import structlog
 from agent.config.models import AgentConfig
 from agent.fleet.manager import FleetManager
 from agent.intake import Intake
-from agent.snapshot import Status
+from agent.snapshot import StatusBuilder
 from agent.supervision import EngineSupervisor
 from pipelines.keyword_stage import KeywordStage
 
@@ -32,7 +32,7 @@ class Service(Protocol):
     @property
     def cfg(self) -> AgentConfig: ...
     @property
-    def status(self) -> Status: ...
+    def status(self) -> StatusBuilder: ...
     @property
     def keywords(self) -> KeywordStage: ...
     @property
@@ -51,7 +51,7 @@ class Commands:
         s = self._s
         cmd = req["cmd"]
         if cmd == "status":
-            return {"ok": True, "status": s.status.snapshot()}
+            return {"ok": True, "status": s.status.snapshot().document()}
         if cmd == "alerts":
             return {"ok": True, "active": [a.public() for a in s.keywords.tracker.active()]}
         if cmd == "config":

@@ -45,7 +45,7 @@ from agent.mqtt import MqttLink, NotConnectedError, Topics
 from agent.notify import SystemdNotifier, notify_loop
 from agent.outbox import Outbox
 from agent.publish import AlertWriter, Publisher, Transcripts
-from agent.snapshot import Status
+from agent.snapshot import StatusBuilder
 from agent.stats import Stats
 from agent.supervision import EngineSupervisor
 from agent.supervision.store import RungStore
@@ -79,7 +79,7 @@ class Daemon:
         for rule in cfg.faults:  # every fault exported from the start, at 0 (docs/metrics.md)
             self.stats.alerts_by_fault[rule.code] = 0
         self.outbox = Outbox(cfg.outbox.path, cfg.outbox.max_events)
-        self.status = Status(self)
+        self.status = StatusBuilder(self)
         self.commands = Commands(self)
         self.control, self.metrics = self._local_servers()
         # The segment path: intake -> keyword stage -> writer (the outbox) -> publisher.

@@ -30,7 +30,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiomqtt
 import structlog
@@ -38,7 +38,6 @@ import structlog
 from agent.audio_link import audio_properties, build_asr_stage, heard_segment
 from agent.config.models import AgentConfig
 from agent.errors_report import ErrorReporter
-from agent.fleet.manager import FleetManager
 from agent.mqtt import Ack, Topics
 from agent.publish import Transcripts
 from agent.stats import Stats
@@ -58,6 +57,15 @@ from pipelines.queues import SheddingQueue
 __all__ = ["Intake"]
 
 log = structlog.get_logger(__name__)
+
+
+class FleetInbox(Protocol):
+    """Where fleet documents go (agent.fleet.manager.FleetManager): the intake only routes
+    them, so it depends on these two calls, not on the fleet package (which reads the
+    intake for its health gate)."""
+
+    def target_of(self, topic: str) -> str | None: ...
+    def submit(self, topic: str, payload: bytes) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,7 @@ class Intake:
         self.asr: AsrStage | None = None
         if cfg.asr.enabled:
             self.asr = build_asr_stage(cfg.asr, cfg.faults, self.on_heard, errors.report)
-        self.fleet: FleetManager | None = None  # fleet documents go here (set by the daemon)
+        self.fleet: FleetInbox | None = None  # fleet documents go here (set by the daemon)
         self.taken = 0  # segments taken off the queue by run()
         self.paused_until = 0.0  # fault.pause_detect (tests only)
 

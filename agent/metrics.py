@@ -1,9 +1,10 @@
 """Prometheus `/metrics` on a loopback port: the status snapshot, rendered for scraping.
 
-One source, three outputs: a scrape calls the same `Status.snapshot()` (agent.snapshot)
-that feeds `<prefix>/status` and `agentctl status`, and the same `LatencyWindow`s whose
-percentiles the snapshot shows give the histograms. Nothing here keeps a second set of
-counters that could drift from the status.
+One source, three outputs: a scrape calls the same `StatusBuilder.snapshot()`
+(agent.snapshot) that feeds `<prefix>/status` and `agentctl status`, and renders its model
+(agent.status.Status) by attribute, so a renamed field fails type checking instead of
+becoming a missing metric; the same `LatencyWindow`s whose percentiles the snapshot shows give
+the histograms. Nothing here keeps a second set of counters that could drift from the status.
 
 The endpoint is served by asyncio on the event loop (no exporter thread): a scrape reads
 the daemon's state between two of its steps, so a snapshot is consistent without locks. It
@@ -19,7 +20,6 @@ import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -31,6 +31,15 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from agent.status import (
+    AsrStatus,
+    FleetStatus,
+    LlmOff,
+    LlmStatus,
+    Status,
+    StreamStatus,
+    WatchdogStatus,
+)
 from pipelines.compat import timeout
 from pipelines.latency import LatencyWindow
 
@@ -56,159 +65,143 @@ class Histogram:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def families(snap: Mapping[str, Any], histograms: Iterable[Histogram]) -> list[Metric]:
-    """The metric families of one status snapshot (agent.snapshot.Status.snapshot)."""
+def families(st: Status, histograms: Iterable[Histogram]) -> list[Metric]:
+    """The metric families of one status snapshot (agent.status.Status)."""
     out = _Families()
-    out.gauge(
-        "info",
-        "Build and identity; always 1.",
-        1,
-        version=str(snap.get("version")),
-        device_id=str(snap.get("device_id")),
-        profile=str(snap.get("profile")),
-    )
-    state = str(snap.get("state"))
-    for s in {*_STATES, state}:
-        out.gauge("state", "1 for the service's current state.", int(s == state), state=s)
-    out.gauge("uptime_seconds", "Seconds since the service started.", snap.get("uptime_s"))
-
-    mqtt = snap.get("mqtt", {})
-    out.gauge(
-        "mqtt_connected", "1 while connected to the broker.", int(bool(mqtt.get("connected")))
-    )
-    out.counter("mqtt_connects", "Successful broker connections.", mqtt.get("connects"))
-    out.counter("mqtt_disconnects", "Broker connections lost.", mqtt.get("disconnects"))
-    out.counter(
-        "mqtt_acked",
-        "Input acknowledged to the broker once its effect was durable.",
-        mqtt.get("acked"),
-    )
-    out.counter(
-        "mqtt_stale_acks",
-        "Acknowledgements not sent: their session had ended (the broker redelivers those).",
-        mqtt.get("stale_acks"),
-    )
-
-    ingest = snap.get("ingest", {})
-    out.counter("segments_received", "Transcript payloads received.", ingest.get("received"))
-    out.counter("segments_accepted", "Transcript segments accepted.", ingest.get("accepted"))
-    for reason, n in ingest.get("rejected", {}).items():
-        out.counter("segments_rejected", "Payloads rejected, by reason.", n, reason=reason)
-    for reason, n in ingest.get("duplicates", {}).items():
-        out.counter("segments_duplicate", "Segments merged away as overlap.", n, reason=reason)
-
-    queue = snap.get("queue", {})
-    out.gauge("queue_depth", "Items waiting, by queue.", queue.get("depth"), queue="ingest")
-    out.gauge("queue_capacity", "Bound of each queue.", queue.get("max"), queue="ingest")
-    out.counter("queue_shed", "Items shed from a full queue.", queue.get("shed"), queue="ingest")
-    outbox = snap.get("outbox", {})
-    out.gauge(
-        "outbox_depth", "Alert events not yet acknowledged by the broker.", outbox.get("depth")
-    )
-    out.gauge("outbox_capacity", "Bound of the outbox.", outbox.get("max"))
-    out.counter("outbox_shed", "Alert events dropped from a full outbox.", outbox.get("shed"))
-    out.counter(
-        "outbox_write_errors",
-        "Outbox commits that failed and were retried (the input waits unacknowledged).",
-        outbox.get("write_errors"),
-    )
-
-    detect = snap.get("detect", {})
-    out.counter("keyword_matches", "Keyword-tier matches.", detect.get("keyword_matches"))
-    out.counter(
-        "llm_faults", "Faults the LLM reported and the checks accepted.", detect.get("llm_faults")
-    )
-    out.counter("detect_errors", "Segments whose detection failed (a bug).", detect.get("errors"))
-
-    alerts = snap.get("alerts", {})
-    for kind, n in alerts.get("events", {}).items():
-        out.counter("alert_events", "Alert lifecycle events, by type.", n, type=kind)
-    for fault, n in alerts.get("by_fault", {}).items():
-        out.counter("alerts", "New alerts, by fault.", n, fault=fault)
-    out.gauge("alerts_active", "Alerts currently active.", snap.get("active_alerts"))
-    out.counter(
-        "alerts_published", "Alert events the broker acknowledged.", alerts.get("published")
-    )
-    out.counter(
-        "publish_failures",
-        "Alert publishes not acknowledged in time.",
-        alerts.get("publish_failures"),
-    )
-    errors = snap.get("errors", {})
-    out.counter("errors_reported", "Error events published.", errors.get("reported"))
-    out.counter("errors_suppressed", "Error events over the rate limit.", errors.get("suppressed"))
-
-    _asr(out, snap.get("asr", {}))
-    for target, version in (snap.get("fleet") or {}).get("applied", {}).items():
-        out.gauge(
-            "fleet_applied_version", "Fleet document version in force.", version, target=target
-        )
-    _memory(out, snap.get("watchdog", {}))
-    _engine(out, snap.get("llm", {}))
-    _streams(out, snap.get("streams", {}))
-
-    control = snap.get("control")
+    _service(out, st)
+    _pipeline(out, st)
+    if isinstance(st.asr, AsrStatus):
+        _asr(out, st.asr)
+    if isinstance(st.fleet, FleetStatus):
+        for target, version in st.fleet.applied.items():
+            out.gauge(
+                "fleet_applied_version", "Fleet document version in force.", version, target=target
+            )
+    if isinstance(st.watchdog, WatchdogStatus):
+        _memory(out, st.watchdog)
+    _engine(out, st.llm)
+    _streams(out, st.streams)
+    control = st.control
     if control is not None:
-        out.counter("control_requests", "Control socket requests.", control.get("requests"))
-        out.counter("control_refused", "Control connections refused.", control.get("refused"))
+        out.counter("control_requests", "Control socket requests.", control.requests)
+        out.counter("control_refused", "Control connections refused.", control.refused)
         out.counter(
             "control_bad_requests",
             "Control requests refused as malformed (not JSON, too deep or long, too slow).",
-            control.get("bad_requests"),
+            control.bad_requests,
         )
-
     for h in histograms:
         out.histogram(h)
     return out.done()
 
 
-def _asr(out: _Families, asr: Mapping[str, Any]) -> None:
-    state = asr.get("state")
-    if state in (None, "off"):
-        return
-    for s in {"loading", "ready", "unavailable", str(state)}:
-        out.gauge("asr_state", "1 for the ASR stage's current state.", int(s == state), state=s)
-    out.counter("asr_payloads", "Audio payloads received.", asr.get("received"))
-    for reason, n in asr.get("rejected", {}).items():
+def _service(out: _Families, st: Status) -> None:
+    """Identity, state and the broker connection."""
+    out.gauge(
+        "info",
+        "Build and identity; always 1.",
+        1,
+        version=st.version,
+        device_id=st.device_id,
+        profile=st.profile,
+    )
+    for s in {*_STATES, st.state}:
+        out.gauge("state", "1 for the service's current state.", int(s == st.state), state=s)
+    out.gauge("uptime_seconds", "Seconds since the service started.", st.uptime_s)
+
+    mqtt = st.mqtt
+    out.gauge("mqtt_connected", "1 while connected to the broker.", int(mqtt.connected))
+    out.counter("mqtt_connects", "Successful broker connections.", mqtt.connects)
+    out.counter("mqtt_disconnects", "Broker connections lost.", mqtt.disconnects)
+    out.counter(
+        "mqtt_acked", "Input acknowledged to the broker once its effect was durable.", mqtt.acked
+    )
+    out.counter(
+        "mqtt_stale_acks",
+        "Acknowledgements not sent: their session had ended (the broker redelivers those).",
+        mqtt.stale_acks,
+    )
+
+
+def _pipeline(out: _Families, st: Status) -> None:
+    """Intake, the queue, detection, alerts and the outbox."""
+    ingest = st.ingest
+    out.counter("segments_received", "Transcript payloads received.", ingest.received)
+    out.counter("segments_accepted", "Transcript segments accepted.", ingest.accepted)
+    for reason, n in ingest.rejected.items():
+        out.counter("segments_rejected", "Payloads rejected, by reason.", n, reason=reason)
+    for reason, n in ingest.duplicates.items():
+        out.counter("segments_duplicate", "Segments merged away as overlap.", n, reason=reason)
+
+    queue = st.queue
+    out.gauge("queue_depth", "Items waiting, by queue.", queue.depth, queue="ingest")
+    out.gauge("queue_capacity", "Bound of each queue.", queue.max, queue="ingest")
+    out.counter("queue_shed", "Items shed from a full queue.", queue.shed, queue="ingest")
+    outbox = st.outbox
+    out.gauge("outbox_depth", "Alert events not yet acknowledged by the broker.", outbox.depth)
+    out.gauge("outbox_capacity", "Bound of the outbox.", outbox.max)
+    out.counter("outbox_shed", "Alert events dropped from a full outbox.", outbox.shed)
+    out.counter(
+        "outbox_write_errors",
+        "Outbox commits that failed and were retried (the input waits unacknowledged).",
+        outbox.write_errors,
+    )
+
+    detect = st.detect
+    out.counter("keyword_matches", "Keyword-tier matches.", detect.keyword_matches)
+    out.counter("llm_faults", "Faults the LLM reported and the checks accepted.", detect.llm_faults)
+    out.counter("detect_errors", "Segments whose detection failed (a bug).", detect.errors)
+
+    alerts = st.alerts
+    for kind, n in alerts.events.items():
+        out.counter("alert_events", "Alert lifecycle events, by type.", n, type=kind)
+    for fault, n in alerts.by_fault.items():
+        out.counter("alerts", "New alerts, by fault.", n, fault=fault)
+    out.gauge("alerts_active", "Alerts currently active.", st.active_alerts)
+    out.counter("alerts_published", "Alert events the broker acknowledged.", alerts.published)
+    out.counter(
+        "publish_failures", "Alert publishes not acknowledged in time.", alerts.publish_failures
+    )
+    out.counter("errors_reported", "Error events published.", st.errors.reported)
+    out.counter("errors_suppressed", "Error events over the rate limit.", st.errors.suppressed)
+
+
+def _asr(out: _Families, asr: AsrStatus) -> None:
+    for s in {"loading", "ready", "unavailable", asr.state}:
+        out.gauge("asr_state", "1 for the ASR stage's current state.", int(s == asr.state), state=s)
+    out.counter("asr_payloads", "Audio payloads received.", asr.received)
+    for reason, n in asr.rejected.items():
         out.counter("asr_rejected", "Audio payloads refused, by reason.", n, reason=reason)
-    out.counter("asr_clips", "Clips transcribed (silent ones included).", asr.get("clips"))
-    out.counter("asr_silent_clips", "Clips where VAD found no speech.", asr.get("silent_clips"))
-    out.counter("asr_segments", "Transcript segments produced.", asr.get("segments"))
-    out.counter("asr_audio_seconds", "Seconds of audio transcribed.", asr.get("audio_s"))
+    out.counter("asr_clips", "Clips transcribed (silent ones included).", asr.clips)
+    out.counter("asr_silent_clips", "Clips where VAD found no speech.", asr.silent_clips)
+    out.counter("asr_segments", "Transcript segments produced.", asr.segments)
+    out.counter("asr_audio_seconds", "Seconds of audio transcribed.", asr.audio_s)
     out.gauge(
         "asr_real_time_factor",
         "Recognition time / audio time since start (under 1: keeps up).",
-        asr.get("rtf"),
+        asr.rtf,
     )
-    q = asr.get("queue", {})
-    out.gauge("queue_depth", "Items waiting, by queue.", q.get("inbox"), queue="asr_inbox")
-    out.gauge("queue_capacity", "Bound of each queue.", q.get("inbox_max"), queue="asr_inbox")
-    out.counter(
-        "queue_shed", "Items shed from a full queue.", q.get("inbox_shed"), queue="asr_inbox"
-    )
-    out.counter(
-        "queue_shed", "Items shed from a full queue.", q.get("shed_clips"), queue="asr_audio"
-    )
-    out.gauge("asr_queue_seconds", "Seconds of audio waiting for the recogniser.", q.get("seconds"))
-    out.gauge(
-        "asr_queue_capacity_seconds", "The queue's bound in seconds of audio.", q.get("max_total_s")
-    )
-    out.counter("asr_shed_seconds", "Seconds of audio shed from the full queue.", q.get("shed_s"))
-    for sid, seconds in q.get("per_stream_s", {}).items():
+    q = asr.queue
+    out.gauge("queue_depth", "Items waiting, by queue.", q.inbox, queue="asr_inbox")
+    out.gauge("queue_capacity", "Bound of each queue.", q.inbox_max, queue="asr_inbox")
+    out.counter("queue_shed", "Items shed from a full queue.", q.inbox_shed, queue="asr_inbox")
+    out.counter("queue_shed", "Items shed from a full queue.", q.shed_clips, queue="asr_audio")
+    out.gauge("asr_queue_seconds", "Seconds of audio waiting for the recogniser.", q.seconds)
+    out.gauge("asr_queue_capacity_seconds", "The queue's bound in seconds of audio.", q.max_total_s)
+    out.counter("asr_shed_seconds", "Seconds of audio shed from the full queue.", q.shed_s)
+    for sid, seconds in q.per_stream_s.items():
         out.gauge(
             "stream_asr_queue_seconds", "Seconds of a stream's audio waiting.", seconds, stream=sid
         )
 
 
-def _memory(out: _Families, wd: Mapping[str, Any]) -> None:
-    level = wd.get("level")
-    if level in _LEVELS:
-        out.gauge("memory_level", "Watchdog level: 0 ok, 1 warn, 2 critical.", _LEVELS[level])
-    mem = wd.get("memory") or {}
-    limits = wd.get("thresholds", {})
+def _memory(out: _Families, wd: WatchdogStatus) -> None:
+    if wd.level is not None:
+        out.gauge("memory_level", "Watchdog level: 0 ok, 1 warn, 2 critical.", _LEVELS[wd.level])
+    mem, limits = wd.memory, wd.thresholds
     for kind, avail, crit in (
-        ("host", mem.get("mem_available"), limits.get("host_critical_bytes")),
-        ("gpu", mem.get("gpu_free"), limits.get("gpu_critical_bytes")),
+        ("host", mem.mem_available if mem else None, limits.host_critical_bytes),
+        ("gpu", mem.gpu_free if mem else None, limits.gpu_critical_bytes),
     ):
         out.gauge(
             "memory_available_bytes", "Available (host) or free (GPU) memory.", avail, memory=kind
@@ -221,113 +214,95 @@ def _memory(out: _Families, wd: Mapping[str, Any]) -> None:
                 avail - crit,
                 memory=kind,
             )
-    out.gauge("memory_total_bytes", "Host memory.", mem.get("mem_total"), memory="host")
-    out.gauge("memory_total_bytes", "Host memory.", mem.get("gpu_total"), memory="gpu")
-    for kind in ("some", "full"):
-        out.gauge(
-            "memory_pressure_avg10",
-            "Memory PSI, 10 s average (%).",
-            mem.get(f"psi_{kind}_avg10"),
-            kind=kind,
-        )
-    for proc in ("service", "engine"):
-        out.gauge("process_rss_bytes", "Resident memory.", mem.get(f"{proc}_rss"), process=proc)
-
-
-def _engine(out: _Families, llm: Mapping[str, Any]) -> None:
-    out.gauge("llm_enabled", "1 when the LLM tier is configured.", int(bool(llm.get("enabled"))))
-    state = llm.get("state")
-    if state is None:
+    if mem is None:
         return
-    for s in {*_ENGINE_STATES, str(state)}:
-        out.gauge("engine_state", "1 for the engine's current state.", int(s == state), state=s)
-    model = llm.get("model")
-    if model:
+    out.gauge("memory_total_bytes", "Host memory.", mem.mem_total, memory="host")
+    out.gauge("memory_total_bytes", "Host memory.", mem.gpu_total, memory="gpu")
+    for kind, psi in (("some", mem.psi_some_avg10), ("full", mem.psi_full_avg10)):
+        out.gauge("memory_pressure_avg10", "Memory PSI, 10 s average (%).", psi, kind=kind)
+    for proc, rss in (("service", mem.service_rss), ("engine", mem.engine_rss)):
+        out.gauge("process_rss_bytes", "Resident memory.", rss, process=proc)
+
+
+def _engine(out: _Families, llm: LlmOff | LlmStatus) -> None:
+    out.gauge("llm_enabled", "1 when the LLM tier is configured.", int(llm.enabled))
+    if not isinstance(llm, LlmStatus):
+        return
+    for s in {*_ENGINE_STATES, llm.state}:
+        out.gauge("engine_state", "1 for the engine's current state.", int(s == llm.state), state=s)
+    model = llm.model
+    if model is not None:
         out.gauge(
             "engine_model_info",
             "1 for the model the engine serves: its folder name, weights digest, base and "
             "merged adapter (empty when the base serves; adapter_error says why not).",
             1,
-            model=str(model.get("name") or ""),
-            sha256=str(model.get("weights_sha256") or ""),
-            base=str(model.get("base") or ""),
-            adapter=str(model.get("adapter") or ""),
-            adapter_error=str(model.get("adapter_error") or ""),
+            model=model.name,
+            sha256=model.weights_sha256 or "",
+            base=model.base,
+            adapter=model.adapter or "",
+            adapter_error=model.adapter_error or "",
         )
-    rung = llm.get("rung", {})
     out.gauge(
-        "engine_rung", "The watchdog ladder's rung (0: the profile as written).", rung.get("index")
+        "engine_rung", "The watchdog ladder's rung (0: the profile as written).", llm.rung.index
     )
-    for reason, n in llm.get("restarts_by_reason", {}).items():
+    for reason, n in llm.restarts_by_reason.items():
         out.counter("engine_restarts", "Engine restarts, by reason.", n, reason=reason)
     out.gauge(
-        "engine_requests_in_flight",
-        "Requests the engine is serving.",
-        llm.get("requests_in_flight"),
+        "engine_requests_in_flight", "Requests the engine is serving.", llm.requests_in_flight
     )
-    eng = llm.get("engine", {})
-    out.gauge("engine_kv_cache_usage_ratio", "KV cache in use (0-1).", eng.get("kv_cache_usage"))
+    eng = llm.engine
+    out.gauge("engine_kv_cache_usage_ratio", "KV cache in use (0-1).", eng.kv_cache_usage)
     out.gauge(
         "engine_prefix_cache_hit_ratio",
         "Prefix-cache hits / queries, this engine run.",
-        eng.get("prefix_cache_hit_rate"),
+        eng.prefix_cache_hit_rate,
     )
     out.gauge(
         "engine_spec_acceptance_ratio",
         "Speculative tokens accepted / drafted, this engine run.",
-        eng.get("spec_acceptance_rate"),
+        eng.spec_acceptance_rate,
     )
     out.gauge(
         "engine_spec_mean_accepted_length",
         "Tokens a speculative verify step yields (1 + accepted / drafts), this engine run.",
-        eng.get("spec_mean_accepted_length"),
+        eng.spec_mean_accepted_length,
     )
-    if eng.get("spec_method") is not None:
-        out.gauge(
-            "engine_spec_k",
-            "Speculative tokens per step (k) the engine runs, by method (mtp, draft, ngram, off).",
-            eng.get("spec_k"),
-            method=str(eng.get("spec_method")),
-        )
     out.gauge(
-        "engine_waiting_requests", "Requests queued in the engine.", eng.get("num_waiting_reqs")
+        "engine_spec_k",
+        "Speculative tokens per step (k) the engine runs, by method (mtp, draft, ngram, off).",
+        eng.spec_k,
+        method=eng.spec_method,
     )
-    analysis = llm.get("analysis")
+    out.gauge("engine_waiting_requests", "Requests queued in the engine.", eng.num_waiting_reqs)
+    analysis = llm.analysis
     if analysis is not None:
-        out.counter("analyses", "LLM analyses completed.", analysis.get("analyses"))
-        out.gauge(
-            "analysis_waiting_streams", "Streams with unanalysed text.", analysis.get("waiting")
-        )
+        out.counter("analyses", "LLM analyses completed.", analysis.analyses)
+        out.gauge("analysis_waiting_streams", "Streams with unanalysed text.", analysis.waiting)
         out.gauge(
             "analysis_prefix_hit_ratio",
             "Prompt tokens served from the prefix cache.",
-            analysis.get("prefix_hit_rate"),
+            analysis.prefix_hit_rate,
         )
 
 
-def _streams(out: _Families, streams: Mapping[str, Any]) -> None:
+def _streams(out: _Families, streams: Mapping[str, StreamStatus]) -> None:
     for sid, st in streams.items():
-        out.counter(
-            "stream_segments", "Segments processed, by stream.", st.get("segments"), stream=sid
-        )
+        out.counter("stream_segments", "Segments processed, by stream.", st.segments, stream=sid)
         out.gauge(
             "stream_last_segment_age_seconds",
             "Seconds since the stream's last segment.",
-            st.get("last_segment_age_s"),
+            st.last_segment_age_s,
             stream=sid,
         )
         out.gauge(
-            "stream_active_alerts",
-            "Active alerts, by stream.",
-            st.get("active_alerts", 0),
-            stream=sid,
+            "stream_active_alerts", "Active alerts, by stream.", st.active_alerts or 0, stream=sid
         )
-        ctx = st.get("context")
-        if ctx is not None:
+        if st.context is not None:
             out.gauge(
                 "stream_context_tokens",
                 "Tokens in the stream's rolling window.",
-                ctx.get("tokens"),
+                st.context.tokens,
                 stream=sid,
             )
 
@@ -338,10 +313,10 @@ class _Families:
     def __init__(self) -> None:
         self._families: dict[str, Metric] = {}
 
-    def gauge(self, name: str, doc: str, value: Any, **labels: str) -> None:
+    def gauge(self, name: str, doc: str, value: float | None, **labels: str) -> None:
         self._add(GaugeMetricFamily, name, doc, value, labels)
 
-    def counter(self, name: str, doc: str, value: Any, **labels: str) -> None:
+    def counter(self, name: str, doc: str, value: float | None, **labels: str) -> None:
         self._add(CounterMetricFamily, name, doc, value, labels)
 
     def histogram(self, h: Histogram) -> None:
@@ -359,7 +334,7 @@ class _Families:
         kind: Callable[..., Metric],
         name: str,
         doc: str,
-        value: Any,
+        value: float | None,
         labels: Mapping[str, str],
     ) -> None:
         if value is None:  # unknown (no sample yet, no GPU): absent, not zero
@@ -384,7 +359,7 @@ class SnapshotCollector(Collector):
 
     def __init__(
         self,
-        snapshot: Callable[[], Mapping[str, Any]],
+        snapshot: Callable[[], Status],
         histograms: Callable[[], Iterable[Histogram]],
     ) -> None:
         self._snapshot = snapshot

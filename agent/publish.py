@@ -148,6 +148,7 @@ class Publisher:
         self._status = status
         self._interval_s = status_interval_s
         self.kick = asyncio.Event()  # set: publish the status now
+        self.status_failures = 0  # snapshots that raised (a bug, in the log with its trace)
 
     async def run_outbox(self) -> None:
         outbox, link = self._outbox, self._link
@@ -185,8 +186,14 @@ class Publisher:
         while True:
             await self._link.connected.wait()
             self.kick.clear()
-            with contextlib.suppress(NotConnectedError):  # the next round publishes again
-                await self._link.publish(self._topics.status, self._status(), retain=True)
+            try:
+                payload = self._status()
+            except Exception:  # a bug assembling it: logged, and the service goes on
+                self.status_failures += 1
+                log.exception("status.build_failed", failures=self.status_failures)
+            else:
+                with contextlib.suppress(NotConnectedError):  # the next round publishes again
+                    await self._link.publish(self._topics.status, payload, retain=True)
             # Every interval, and at once after a watchdog or supervisor decision.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.kick.wait(), self._interval_s())

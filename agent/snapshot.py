@@ -3,15 +3,14 @@
 (agent.metrics) all render, the latency windows /metrics exports as histograms, and
 systemd's readiness and one-line STATUS= (agent.notify).
 
-`Status` reads the parts through `Service`, the few attributes of the daemon it needs; it
+`StatusBuilder` reads the parts through `Service`, the few attributes of the daemon it needs; it
 changes nothing. The snapshot's keys are documented in docs/mqtt.md and docs/metrics.md.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from typing import Any, Protocol
+from typing import Protocol
 
 from agent import __version__
 from agent.config.models import AgentConfig
@@ -23,13 +22,14 @@ from agent.mqtt import MqttLink
 from agent.outbox import Outbox
 from agent.publish import AlertWriter, Transcripts
 from agent.stats import Stats
+from agent.status import Status
 from agent.supervision import EngineSupervisor
 from agent.watchdog.events import EventLog
 from agent.watchdog.monitor import MemoryWatchdog
 from pipelines.analysis import Analyzer
 from pipelines.keyword_stage import KeywordStage
 
-__all__ = ["Service", "Status"]
+__all__ = ["Service", "StatusBuilder"]
 
 
 class Service(Protocol):
@@ -67,11 +67,15 @@ class Service(Protocol):
     def fleet(self) -> FleetManager | None: ...
 
 
-class Status:
+class StatusBuilder:
+    """Assembles the status document (agent.status.Status) from the running parts."""
+
     def __init__(self, service: Service) -> None:
         self._s = service
 
-    def snapshot(self, state: str = "running") -> dict[str, Any]:
+    def snapshot(self, state: str = "running") -> Status:
+        """The sections' snapshots, validated once into the status model (agent.status):
+        what `<prefix>/status`, `agentctl status` and `/metrics` render."""
         s = self._s
         if state == "running" and s.supervisor is not None and s.supervisor.degraded:
             state = "degraded"  # keyword alerts only, until the engine is tried again
@@ -135,11 +139,11 @@ class Status:
         if analysis is not None:  # each stream's window beside its ingest counters
             for sid, ctx in analysis.pop("streams").items():
                 snap["streams"].setdefault(sid, {})["context"] = ctx
-        return snap
+        return Status.model_validate(snap)
 
     def payload(self, state: str = "running") -> bytes:
         """The snapshot as the retained status message."""
-        return json.dumps(self.snapshot(state), ensure_ascii=False).encode()
+        return self.snapshot(state).payload()
 
     def histograms(self) -> list[Histogram]:
         """The latencies /metrics exports as histograms (the status shows their p50/p95)."""

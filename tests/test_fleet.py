@@ -453,7 +453,8 @@ async def test_engine_changes_restart_the_engine_and_a_failing_one_rolls_back(
     await watcher.wait_for(engine("running"), timeout=240, what="the engine serving")
     t0 = time.monotonic()
     await _publish_doc(broker.port, target, keys.doc(target, 1, {"engine": {"max_num_seqs": 1}}))
-    ack = await _ack_after(watcher, 0)
+    # Applied once the restarted engine passed the health gate (120 s here), as below.
+    ack = await _ack_after(watcher, 0, timeout=120 + 30)
     restart_s = time.monotonic() - t0
     assert ack["status"] == "applied", ack
     print(f"\npublish -> applied (engine restart): {restart_s:.1f} s")

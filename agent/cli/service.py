@@ -2,7 +2,8 @@
 `status`, `alerts [--follow]`, `engine restart`, `config show --running`.
 
 Exit codes: 0 fine, 2 the service answers but is degraded (keyword-only) or refused the
-request, 3 unreachable (no socket, permission denied, no answer).
+request, 3 unreachable (no socket, permission denied, no answer, or a status this agentctl
+cannot read). The status is read into its model (agent.status.Status) and rendered from it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from agent.cli.common import DEFAULT_CONFIG, load_or_exit
 from agent.config.loader import default_socket_path
+from agent.status import AsrStatus, FleetStatus, LlmOff, LlmStatus, Status, WatchdogStatus
 
 __all__ = ["EXIT_DEGRADED", "EXIT_UNREACHABLE", "engine_app", "register", "render_status"]
 
@@ -76,12 +79,19 @@ def status(
 ) -> None:
     """The running service: engine, rung, memory, MQTT, streams, queues, alerts. Exit 2 when
     degraded, 3 when unreachable."""
-    st = ask(socket_of(config, socket), {"cmd": "status"})["status"]
+    path = socket_of(config, socket)
+    try:
+        st = Status.model_validate(ask(path, {"cmd": "status"})["status"])
+    except ValidationError as exc:  # another version's service: its answer, not ours
+        typer.echo(
+            f"edge-agent at {path} answered a status this agentctl cannot read: {exc}", err=True
+        )
+        raise typer.Exit(EXIT_UNREACHABLE) from None
     if as_json:
-        typer.echo(json.dumps(st, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(st.document(), indent=2, ensure_ascii=False))
     else:
         render_status(st, Console())
-    if st.get("state") == "degraded":
+    if st.state == "degraded":
         raise typer.Exit(EXIT_DEGRADED)
 
 
@@ -142,118 +152,114 @@ def register(app: typer.Typer) -> None:
 # -- the human table -------------------------------------------------------------------------
 
 
-def _gib(n: Any) -> str:
+def _gib(n: float | None) -> str:
     return "-" if n is None else f"{n / (1 << 30):.2f} GiB"
 
 
-def _secs(s: Any) -> str:
+def _secs(s: float | None) -> str:
     return "-" if s is None else f"{s:.3f} s"
 
 
-def _age(s: Any) -> str:
+def _age(s: float | None) -> str:
     return "-" if s is None else f"{s:.0f} s ago"
 
 
-def _service_rows(st: dict[str, Any], head: Table) -> None:
+def _service_rows(st: Status, head: Table) -> None:
     """The audio stage and the fleet's applied versions, when they are on."""
-    asr = st.get("asr") or {}
-    if asr.get("state", "off") != "off":
-        aq = asr.get("queue") or {}
-        rtf = asr.get("rtf")
+    asr = st.asr
+    if isinstance(asr, AsrStatus):
+        aq = asr.queue
         head.add_row(
             "asr",
-            f"{asr.get('state')} ({asr.get('model')}, {asr.get('device')} "
-            f"{asr.get('compute_type')}): {asr.get('clips')} clips, "
-            f"RTF {'-' if rtf is None else rtf}, queue {aq.get('seconds')}/"
-            f"{aq.get('max_total_s')} s (shed {aq.get('shed_clips')} clips)"
-            + (f", refused {sum(asr['rejected'].values())}" if asr.get("rejected") else ""),
+            f"{asr.state} ({asr.model}, {asr.device} {asr.compute_type}): {asr.clips} clips, "
+            f"RTF {'-' if asr.rtf is None else asr.rtf}, queue {aq.seconds}/"
+            f"{aq.max_total_s} s (shed {aq.shed_clips} clips)"
+            + (f", refused {sum(asr.rejected.values())}" if asr.rejected else ""),
         )
-    fleet = st.get("fleet") or {}
-    if fleet.get("enabled"):
-        applied = ", ".join(f"{t} v{v}" for t, v in (fleet.get("applied") or {}).items())
-        head.add_row("config", f"fleet: {applied or 'local file only'} ({fleet.get('phase')})")
+    fleet = st.fleet
+    if isinstance(fleet, FleetStatus):
+        applied = ", ".join(f"{t} v{v}" for t, v in fleet.applied.items())
+        head.add_row("config", f"fleet: {applied or 'local file only'} ({fleet.phase})")
 
 
-def render_status(st: dict[str, Any], console: Console) -> None:
-    llm = st.get("llm") or {}
-    wd = st.get("watchdog") or {}
-    mem = wd.get("memory") or {}
-    rung = llm.get("rung") or {}
-    last = llm.get("last_restart") or {}
-    mqtt = st.get("mqtt") or {}
-    q, ob = st.get("queue") or {}, st.get("outbox") or {}
+def _engine_rows(llm: LlmOff | LlmStatus, head: Table) -> None:
+    # Not supervised: llm.enabled is false (the config refuses it enabled without an engine)
+    if not llm.enabled or not isinstance(llm, LlmStatus):
+        head.add_row("engine", "off (llm.enabled: false)")
+        return
+    head.add_row(
+        "engine",
+        f"{llm.state} ({llm.backend or '-'}, vLLM {llm.vllm_version or '-'}, {llm.spec or '-'})",
+    )
+    model = llm.model.line if llm.model is not None else None
+    head.add_row("model", model or "- (not chosen yet: the engine has not started)")
+    rung = llm.rung
+    head.add_row("rung", f"{rung.index}/{rung.of}: {rung.name}")
+    last = llm.last_restart
+    if last is not None:
+        head.add_row(
+            "last restart",
+            f"{last.reason}: {last.detail} (rung {last.from_rung} -> "
+            f"{last.to_rung}, back in {last.recovery_s} s)",
+        )
+
+
+def render_status(st: Status, console: Console) -> None:
     head = Table(show_header=False, box=None, pad_edge=False)
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("device", f"{st.get('device_id')} (edge-agent {st.get('version')})")
-    head.add_row("state", f"{st.get('state')}, up {st.get('uptime_s', 0):.0f} s")
-    head.add_row("profile", str(st.get("profile")))
-    if llm.get("enabled"):
-        backend = llm.get("backend") or "-"
-        vllm = llm.get("vllm_version") or "-"
-        spec = llm.get("spec") or "-"
-        head.add_row("engine", f"{llm.get('state')} ({backend}, vLLM {vllm}, {spec})")
-        model = llm.get("model") or {}
-        head.add_row(
-            "model", str(model.get("line") or "- (not chosen yet: the engine has not started)")
-        )
-        head.add_row("rung", f"{rung.get('index')}/{rung.get('of')}: {rung.get('name')}")
-        if last:
-            head.add_row(
-                "last restart",
-                f"{last.get('reason')}: {last.get('detail')} (rung {last.get('from_rung')} -> "
-                f"{last.get('to_rung')}, back in {last.get('recovery_s')} s)",
-            )
-    else:
-        head.add_row("engine", "off (llm.enabled: false)")
+    head.add_row("device", f"{st.device_id} (edge-agent {st.version})")
+    head.add_row("state", f"{st.state}, up {st.uptime_s:.0f} s")
+    head.add_row("profile", st.profile)
+    _engine_rows(st.llm, head)
+    wd = st.watchdog
+    mem = wd.memory if isinstance(wd, WatchdogStatus) else None
+    gpu_free = mem.gpu_free if mem is not None else None
     head.add_row(
         "memory",
-        f"{wd.get('level') or '-'}: MemAvailable {_gib(mem.get('mem_available'))} of "
-        f"{_gib(mem.get('mem_total'))}, engine RSS {_gib(mem.get('engine_rss'))}"
-        + (f", GPU free {_gib(mem.get('gpu_free'))}" if mem.get("gpu_free") is not None else ""),
+        f"{wd.level or '-'}: MemAvailable {_gib(mem.mem_available if mem else None)} of "
+        f"{_gib(mem.mem_total if mem else None)}, engine RSS "
+        f"{_gib(mem.engine_rss if mem else None)}"
+        + (f", GPU free {_gib(gpu_free)}" if gpu_free is not None else ""),
     )
-    link = "connected" if mqtt.get("connected") else "DISCONNECTED"
-    head.add_row("mqtt", f"{link}, {mqtt.get('connects')} connects")
+    mqtt = st.mqtt
+    link = "connected" if mqtt.connected else "DISCONNECTED"
+    head.add_row("mqtt", f"{link}, {mqtt.connects} connects")
+    q, ob = st.queue, st.outbox
     head.add_row(
         "queues",
-        f"ingest {q.get('depth')}/{q.get('max')} (shed {q.get('shed')}), "
-        f"outbox {ob.get('depth')} (shed {ob.get('shed')})",
+        f"ingest {q.depth}/{q.max} (shed {q.shed}), outbox {ob.depth} (shed {ob.shed})",
     )
     _service_rows(st, head)
-    head.add_row(
-        "alerts",
-        f"{st.get('active_alerts')} active, {st.get('alerts_last_hour')} new in the last hour",
-    )
-    latency = (st.get("alerts") or {}).get("segment_to_alert") or {}
+    head.add_row("alerts", f"{st.active_alerts} active, {st.alerts_last_hour} new in the last hour")
     timed = [
-        f"{source} p50 {_secs(v.get('p50_s'))} p95 {_secs(v.get('p95_s'))} (n={v.get('count')})"
-        for source, v in latency.items()
-        if v.get("count")
+        f"{source} p50 {_secs(v.p50_s)} p95 {_secs(v.p95_s)} (n={v.count})"
+        for source, v in st.alerts.segment_to_alert.items()
+        if v.count
     ]
     head.add_row("segment->alert", "; ".join(timed) or "-")
-    eng = llm.get("engine") or {}
-    if eng.get("ttft_p50_s") is not None:
+    eng = st.llm.engine if isinstance(st.llm, LlmStatus) else None
+    if eng is not None and eng.ttft_p50_s is not None:
         head.add_row(
             "engine latency",
-            f"first token p50 {_secs(eng.get('ttft_p50_s'))} p95 {_secs(eng.get('ttft_p95_s'))}, "
-            f"per token p50 {_secs(eng.get('per_token_p50_s'))}",
+            f"first token p50 {_secs(eng.ttft_p50_s)} p95 {_secs(eng.ttft_p95_s)}, "
+            f"per token p50 {_secs(eng.per_token_p50_s)}",
         )
-    metrics = st.get("metrics") or {}
-    head.add_row("metrics", f"http://{metrics['address']}/metrics" if metrics else "off")
+    metrics = st.metrics
+    head.add_row("metrics", f"http://{metrics.address}/metrics" if metrics is not None else "off")
     console.print(head)
-    streams = st.get("streams") or {}
-    if streams:
+    if st.streams:
         table = Table(title="streams")
         for col in ("stream", "segments", "last segment", "active alerts", "window tokens"):
             table.add_column(col)
-        for sid, s in streams.items():
-            ctx = s.get("context") or {}
-            window = f"{ctx.get('tokens')}/{ctx.get('budget')}" if ctx else "-"
+        for sid, s in st.streams.items():
+            ctx = s.context
+            window = f"{ctx.tokens}/{ctx.budget}" if ctx is not None else "-"
             table.add_row(
                 sid,
-                str(s.get("segments", "-")),
-                _age(s.get("last_segment_age_s")),
-                str(s.get("active_alerts", 0)),
+                "-" if s.segments is None else str(s.segments),
+                _age(s.last_segment_age_s),
+                str(s.active_alerts or 0),
                 window,
             )
         console.print(table)
