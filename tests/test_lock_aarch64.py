@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from packaging.utils import parse_wheel_filename
 
 from tests.lock import JETPACK6, for_environment, read_lock, read_vendor
@@ -43,6 +44,7 @@ def test_vendor_projects_are_declared_and_unlocked_ones_stay_out() -> None:
     assert set(BUILT_AT_PACKAGE_TIME) <= locked
 
 
+@pytest.mark.timeout(1200)  # pip's own limit below is 900 s; a cold cache downloads 290 MB
 def test_every_locked_dependency_has_a_cp310_aarch64_wheel(tmp_path: Path) -> None:
     pinned = for_environment(read_lock(), JETPACK6)
     excluded = {v.name: v.reason for v in read_vendor() if v.locked} | BUILT_AT_PACKAGE_TIME
