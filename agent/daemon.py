@@ -216,10 +216,7 @@ class Daemon:
                 await self.keywords.flush()
                 await self.publisher.drain_outbox(drain_timeout_s)
                 publisher.cancel()
-                with contextlib.suppress(NotConnectedError):
-                    await self.link.publish(
-                        self.topics.status, self.status.payload("stopped"), retain=True
-                    )
+                await self._publish_stopped_status()
                 await self.link.announce_stopped()
                 for task in background:
                     task.cancel()
@@ -320,6 +317,17 @@ class Daemon:
         return self._health.critical_analysis_running()
 
     # -- construction -------------------------------------------------------------------
+
+    async def _publish_stopped_status(self) -> None:
+        """The last status, `stopped`; a snapshot that fails to build (a bug, or a state
+        file the status model refuses) is logged and skipped: the shutdown goes on."""
+        try:
+            payload = self.status.payload("stopped")
+        except Exception:
+            log.exception("status.build_failed", state="stopped")
+            return
+        with contextlib.suppress(NotConnectedError):
+            await self.link.publish(self.topics.status, payload, retain=True)
 
     def _build_llm(self) -> None:
         """The slow tier for the current config: supervisor, tokenizer codec, analyzer (or

@@ -92,7 +92,7 @@ class SystemdNotifier:
 
 
 class Readiness(Protocol):
-    """What systemd is told (agent.snapshot.Status fits)."""
+    """What systemd is told (agent.snapshot.StatusBuilder fits)."""
 
     def serving(self) -> bool: ...
     def line(self) -> str: ...

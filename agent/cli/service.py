@@ -27,6 +27,7 @@ __all__ = ["EXIT_DEGRADED", "EXIT_UNREACHABLE", "engine_app", "register", "rende
 
 EXIT_DEGRADED = 2
 EXIT_UNREACHABLE = 3
+EXIT_UNREADABLE = 4  # the service answered a status of another version (shown raw)
 
 engine_app = typer.Typer(no_args_is_help=True, help="Act on the service's engine.")
 
@@ -78,19 +79,26 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="The raw status as JSON.")] = False,
 ) -> None:
     """The running service: engine, rung, memory, MQTT, streams, queues, alerts. Exit 2 when
-    degraded, 3 when unreachable."""
+    degraded, 3 when unreachable, 4 when it answers a status of another version (printed
+    raw; `--json` always prints the service's document as it is)."""
     path = socket_of(config, socket)
+    raw = ask(path, {"cmd": "status"})["status"]
+    if as_json:  # the service's own document, whichever version wrote it
+        typer.echo(json.dumps(raw, indent=2, ensure_ascii=False))
+        if isinstance(raw, dict) and raw.get("state") == "degraded":
+            raise typer.Exit(EXIT_DEGRADED)
+        return
     try:
-        st = Status.model_validate(ask(path, {"cmd": "status"})["status"])
-    except ValidationError as exc:  # another version's service: its answer, not ours
+        st = Status.model_validate(raw)
+    except ValidationError as exc:  # another version's service (an upgrade under way)
         typer.echo(
-            f"edge-agent at {path} answered a status this agentctl cannot read: {exc}", err=True
+            f"edge-agent at {path} answered a status this agentctl cannot render "
+            f"(another version?): {exc.error_count()} field(s) differ; its document:",
+            err=True,
         )
-        raise typer.Exit(EXIT_UNREACHABLE) from None
-    if as_json:
-        typer.echo(json.dumps(st.document(), indent=2, ensure_ascii=False))
-    else:
-        render_status(st, Console())
+        typer.echo(json.dumps(raw, indent=2, ensure_ascii=False))
+        raise typer.Exit(EXIT_UNREADABLE) from None
+    render_status(st, Console())
     if st.state == "degraded":
         raise typer.Exit(EXIT_DEGRADED)
 

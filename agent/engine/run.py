@@ -97,7 +97,9 @@ async def start_run(
         # shield: a cancelled start cannot stop the thread; let it finish, then stop
         # the engine it built (the except below) instead of leaking its process.
         await asyncio.shield(building)
-        vllm = holder.pop()
+        # Left in `holder` until the run is whole: a failure or a cancel while the tokenizer
+        # loads or the engine warms up must still shut this engine down (the except below).
+        vllm = holder[0]
         # Start vLLM's output tasks on our loop now, so an engine-core failure is noticed
         # while idle.
         vllm.start_output_handler()
@@ -125,6 +127,7 @@ async def start_run(
         if isinstance(exc, Exception):
             raise EngineStartError(f"vLLM failed to start: {exc}") from exc
         raise
+    holder.clear()  # the run owns the engine from here (stop_run shuts it down)
     elapsed = time.perf_counter() - t0
     collector.on_kv_capacity(vllm.kv_capacity_tokens())
     info = EngineInfo(

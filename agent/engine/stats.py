@@ -1,6 +1,6 @@
 """Engine statistics: what vLLM reports per step, plus latencies we time ourselves.
 
-vLLM hands each engine step's stats to the stat logger of agent/engine/backend.py, which
+vLLM hands each engine step's stats to the stat logger of agent/engine/vllm_api.py, which
 reads them by name and passes plain numbers (`StepStats`) to the collector here. The
 collector runs on the event loop (the AsyncLLM output handler calls it), but a lock keeps
 snapshots consistent if a version ever calls it from another thread.

@@ -25,7 +25,9 @@ from agent.engine import (  # noqa: E402
     EngineStartError,
     plan_memory,
 )
+from agent.engine.vllm_api import VllmHandle  # noqa: E402
 from bench.shapes import SMOLLM2  # noqa: E402
+from pipelines.compat import timeout  # noqa: E402
 from tests.engine.conftest import ModelDirFactory  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
@@ -198,6 +200,29 @@ async def test_a_model_vllm_cannot_run_is_a_start_error(
         await other.start(profile)
     assert other.state == "stopped"
     assert {p.pid for p in engine_children()} == kids  # nothing left behind
+
+
+async def test_a_start_that_fails_after_vllm_was_built_leaves_no_engine_core(
+    engine_profile: EngineProfile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM built, then the warm-up fails (injected: a real one fails only under memory
+    pressure): the start's cleanup shuts that engine down, no engine-core child is left."""
+
+    async def failing_warm_up(self: VllmHandle, *, detokenize: bool) -> None:
+        raise RuntimeError("injected: the warm-up failed")
+
+    monkeypatch.setattr(VllmHandle, "warm_up", failing_warm_up)
+    kids = {p.pid for p in engine_children()}
+    other = Engine()
+    with pytest.raises(EngineStartError, match="injected") as raised:
+        await other.start(engine_profile.model_copy(update={"warmup": True}))
+    assert other.state == "stopped"
+    # While the error (and the frames it holds, the built engine among them) is still
+    # referenced: the cleanup shut the engine down itself, not vLLM's __del__ at collection.
+    async with timeout(30):
+        while {p.pid for p in engine_children()} - kids:
+            await asyncio.sleep(0.1)
+    assert raised.value.__cause__ is not None  # the injected failure, still held
 
 
 async def test_health_and_stats(engine: Engine) -> None:
