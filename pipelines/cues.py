@@ -1,6 +1,8 @@
 """What around a match says it is no fault report: negation, "cleared", a condition or a
-question, a topic, a drill. Every cue is scoped to the match's clause (a clause ends at
-, . ; : ! ? and their CJK forms), so "no smoke, but bearing noise" still alerts.
+question, a topic, a drill. Most cues are scoped to the match's clause (a clause ends at
+, . ; : ! ? and their CJK forms), so "no smoke, but bearing noise" still alerts. Two look
+further, within the segment: a drill announced earlier in it ("this is a drill, ... press
+your emergency stop"), and a repair said later in it ("..., they replaced it").
 
 A cue is a word or words (matched as consecutive words) or, when it is written in CJK
 characters, a character string looked for in the clause's characters; which language list
@@ -43,6 +45,26 @@ _ZH_NOT_NEGATIONS = [
     "区别",
 ]
 _EN_LINKS = {"is", "was", "are", "were", "seems", "now", "back", "to", "has", "been", "all"}
+# A yes/no question: an auxiliary before its subject, at the clause's start or after a
+# conjunction ("and is the temperature too high warning still set at 950").
+_EN_AUX = {"is", "are", "was", "were", "does", "did", "do", "has", "have", "can", "could",
+           "should", "will", "would"}  # fmt: skip
+_EN_SUBJECT_START = {"the", "a", "an", "that", "this", "there", "it", "our", "your", "its",
+                     "any", "my", "their"}  # fmt: skip
+_EN_CONJUNCTIONS = {"and", "but", "so", "or", "then", "also"}
+# Inside a concept's span, "whether" (判断皮带有没有打滑): no report. 是不是 and 会不会 there
+# are a suspicion said aloud (皮带是不是又在轮子上溜了), which is how a fault is reported.
+_ZH_WHETHER = ("有没有", "是否")
+# Right before a repaired cue: it is not repaired ("haven't fixed it", 还没排除).
+_EN_NOT = {"not", "never", "haven't", "hasn't", "didn't", "isn't", "wasn't", "weren't",
+           "aren't", "don't", "doesn't", "can't", "couldn't", "won't", "no", "yet"}  # fmt: skip
+_ZH_NOT = ("没", "未", "不", "无")
+_EN_REAL_WORDS = {"real", "really", "actual", "actually", "genuine"}  # "not real" is none
+# "Not real" (不是真实故障) is no real-event cue: these are taken out before looking for one.
+_ZH_DENIED_REAL = ("不是真", "并非真", "不真", "非真", "没有真", "并不真")
+# After a repaired cue: it came back ("fixed it on Monday and it's back again", 又响了).
+_EN_AGAIN = {"again", "back", "returned", "still"}
+_ZH_AGAIN = ("又", "再次", "还是", "仍然", "依然")
 _ZH_LINKS = ["已经", "已", "都", "也", "现在", "现已"]
 
 # The slow tier's all-clear test (pipelines.evidence) keeps the word lists it was measured
@@ -113,6 +135,9 @@ class Cues:
         self._unreal = _CueList(s.unreal_cues)
         self._topic = _CueList(s.topic_cues)
         self._drill = _CueList(s.drill_cues)
+        self._announce = _CueList(s.announce_cues)
+        self._real = _CueList(s.real_cues)
+        self._repaired = _CueList(s.repaired_cues)
         self._device = _CueList(s.device_cues)
 
     @staticmethod
@@ -156,15 +181,21 @@ class Cues:
             chars = chars.removeprefix(link)
         return next((c for c in self._cleared.chars if chars.startswith(c)), None)
 
-    def unreal(self, seq: Sequence[Unit], start: int, question: bool) -> str | None:
-        """A condition or question cue before the match in its clause, or a clause that
-        ends with a question mark or 吗."""
+    def unreal(self, seq: Sequence[Unit], start: int, end: int, question: bool) -> str | None:
+        """A condition or question cue before the match in its clause, "whether" inside it
+        (皮带有没有打滑), a yes/no question (an auxiliary before the subject), or a clause
+        that ends with a question mark or 吗."""
         if question:
             return "?"
         clause = self._clause(seq, start)
         if clause and clause[-1].text == "吗":
             return "吗"
-        return self._unreal.find(self._before(seq, start, self._s.unreal_window))
+        if cue := self._unreal.find(self._before(seq, start, self._s.unreal_window)):
+            return cue
+        inside = "".join(u.text for u in seq[start:end] if u.cjk)
+        if cue := next((q for q in _ZH_WHETHER if q in inside), None):
+            return cue
+        return _inverted(clause, seq[start])
 
     def topic(self, seq: Sequence[Unit], start: int) -> str | None:
         return self._topic.find(self._before(seq, start, self._s.negation_window))
@@ -181,7 +212,68 @@ class Cues:
         return next((c for c in self._device.chars if chars.startswith(c)), None)
 
     def drill(self, seq: Sequence[Unit], start: int) -> str | None:
-        return self._drill.find(self._clause(seq, start))
+        """A drill or test in the match's clause, or a drill announced earlier in the
+        segment (or the words before it); neither where the clause says it is real."""
+        clause = self._clause(seq, start)
+        if self._is_real(clause):
+            return None
+        if cue := self._drill.find(clause):
+            return cue
+        before = seq[:start]
+        cue = self._announce.find(before)
+        return None if cue is None or self._is_real(before) else cue
+
+    def _is_real(self, clause: Sequence[Unit]) -> bool:
+        """A real-event cue that is not itself denied ("not real", 不是真实故障)."""
+        words = [u.text for u in clause if not u.cjk]
+        kept = [
+            w
+            for i, w in enumerate(words)
+            if not (w in _EN_REAL_WORDS and i and words[i - 1] in _EN_NOT)
+        ]
+        chars = "".join(u.text for u in clause if u.cjk)
+        for denied in _ZH_DENIED_REAL:
+            chars = chars.replace(denied, "")
+        return bool(self._real.in_words(kept) or self._real.in_chars(chars))
+
+    def repaired(self, seq: Sequence[Unit], end: int) -> str | None:
+        """A repair said after the match in the segment ("..., they replaced it", 换完轴承
+        以后已经消除了): not right after a negation, not followed by "again"."""
+        after = list(seq[end:])
+        words = [u.text for u in after if not u.cjk]
+        for cue in self._repaired.words:
+            for i in range(len(words) - len(cue) + 1):
+                if tuple(words[i : i + len(cue)]) != cue:
+                    continue
+                if (i and words[i - 1] in _EN_NOT) or _EN_AGAIN & set(words[i + len(cue) :]):
+                    continue
+                return " ".join(cue)
+        chars = "".join(u.text for u in after if u.cjk)
+        for said in self._repaired.chars:
+            at = chars.find(said)
+            while at >= 0:
+                negated = any(n in chars[max(0, at - 2) : at] for n in _ZH_NOT)
+                again = any(a in chars[at + len(said) :] for a in _ZH_AGAIN)
+                if not negated and not again:
+                    return said
+                at = chars.find(said, at + 1)
+        return None
+
+
+def _inverted(clause: Sequence[Unit], first: Unit) -> str | None:
+    """ "is the ...", "and did the ...": an auxiliary then a subject word, at the clause's
+    start or after a conjunction, before the match (`first` is its first unit)."""
+    words = []
+    for u in clause:
+        if u is first:
+            break
+        if not u.cjk:
+            words.append(u.text)
+    for i in range(len(words) - 1):
+        at_start = i == 0 or words[i - 1] in _EN_CONJUNCTIONS
+        if at_start and words[i] in _EN_AUX and words[i + 1] in _EN_SUBJECT_START:
+            return f"{words[i]} {words[i + 1]}"
+    return None
 
 
 def reads_as_all_clear(text: str) -> bool:

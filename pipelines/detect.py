@@ -299,7 +299,9 @@ class KeywordDetector:
             return f"negation: {cue}"
         if cue := cues.cleared(seq, end):
             return f"cleared: {cue}"
-        if cue := cues.unreal(seq, start, question):
+        if cue := cues.repaired(seq, end):
+            return f"repaired: {cue}"
+        if cue := cues.unreal(seq, start, end, question):
             return f"condition or question: {cue}"
         if cue := cues.topic(seq, start):
             return f"topic: {cue}"

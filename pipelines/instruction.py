@@ -32,7 +32,11 @@ _PATTERNS = [
     # Make the machine raise or record something ("raise the alarm", said to people, is not).
     # Within one clause, so "send someone over, the overload alarm is on" is no order.
     r"\b((raise|sound)(?! the alarm\b)|trigger|send|issue|report|output|emit|generate|create"
-    r"|publish)\b[^,.;!?，。；！？]{0,30}\b(alarms?|alerts?|fault reports?|json)\b",
+    r"|publish|forward|broadcast|dispatch|push|escalate)\b[^,.;!?，。；！？]{0,30}"
+    r"\b(alarms?|alerts?|fault reports?|json)\b",
+    # Switching the alerting itself: "alert priority override enabled", "alarm mode: forced".
+    r"\b(alert|alarm|priority|severity)\b.{0,12}\b(override|overrides|forced|escalated)\b",
+    r"\b(to|for) all (subscribers|consumers|listeners|clients)\b",
     r"\b(agent|system|model|listener|listening|monitor|program|ai)\b.{0,30}"
     r"\b(must|should|shall|needs? to|has to|is to)\b.{0,20}"
     r"\b(record|report|raise|log|flag|send|mark|file|publish)\b",
@@ -49,7 +53,13 @@ _PATTERNS = [
     r"(忽略|无视|忘记|不要理会|不要管|别管|不用管|不用理).{0,12}(指令|指示|规则|提示|之前|以上|设置)",
     r"(发出|触发|发送|生成|输出|报告).{0,8}(警报|报警|告警|json)",
     r"(你现在是|扮演|假装|你现在听我的|听我的指令)",
-    r"(监听|监控|报警|识别)(系统|程序|软件|模型).{0,24}(上报|报告|记录|报警|输出)",
+    r"(监听|监控|报警|识别|分析)(系统|程序|软件|模型|代理|助手).{0,24}(上报|报告|记录|报警|输出)",
+    # Report at once, unchecked; notes addressed to the model; rules from now on; severities set.
+    r"(直接|立即|马上|立刻)(上报|报警|告警|发出警报)",
+    r"(无需|不用|不必|不需要|无须)(核实|确认|验证|人工|复核)",
+    r"(给|对|致)(分析|监听|识别|报警)?(模型|系统|代理|程序|助手)的?(说明|指令|通知|提示)",
+    r"从现在(开始|起).{0,24}(都算|都要|一律|全部|都按)",
+    r"(严重|报警|告警)?(等级|级别)(设为|设成|改为|改成|调到|调成)",
     r"(系统|模型|平台|监听|监控).{0,6}(必须|务必|应该|应当|需要).{0,12}(上报|报警|记录|报告|输出)",
     r"(原样|照着|照抄).{0,4}(输出|抄|念|写)",
     r"(转录|文字记录)(结束|完毕)",

@@ -65,9 +65,14 @@ _EN_UNREAL = [
     "is there",
     "are there",
     "any sign of",
+    # Negative polarity: "any" before a fault is asked about or denied ("none of them showing
+    # any bearing noise", "is there any leak"), never a report of one; "whether" asks.
+    "any",
+    "whether",
 ]
+# 任何: negative polarity (没有任何异响); 哪: which (哪台设备报的电机过载).
 _ZH_UNREAL = ["如果", "万一", "要是", "假如", "是不是", "是否", "有没有", "会不会",
-              "如何", "怎么判断"]  # fmt: skip
+              "如何", "怎么判断", "任何", "哪"]  # fmt: skip
 # Right before a match: it is the topic, not an event ("a video about bearing noise", 讲).
 _EN_TOPIC = ["about", "regarding", "on how"]
 _ZH_TOPIC = ["讲", "关于", "讲的是"]
@@ -87,6 +92,21 @@ _EN_DRILL = [
     "lesson",
 ]
 _ZH_DRILL = ["演练", "演习", "培训", "练习", "模拟", "测试", "视频", "课程", "考试", "不是真"]
+# Anywhere earlier in the segment: it announces a drill, so what follows is the drill ("this
+# is a scheduled drill, when the horn sounds, press your emergency stop"), unless the match's
+# clause says it is real (_EN_REAL). Only words that name a drill: "test" or "training"
+# earlier in a segment says nothing of a later clause.
+_EN_ANNOUNCE = ["drill", "exercise", "rehearsal", "simulation", "simulated"]
+_ZH_ANNOUNCE = ["演练", "演习", "模拟"]
+_EN_REAL = ["real", "really", "actual", "actually", "not a drill", "no drill", "genuine"]
+_ZH_REAL = ["真的", "不是演练", "不是演习", "真实", "确实"]
+# Later in the same segment: the fault was repaired ("the motor overload from Tuesday, they
+# found a seized gearbox and replaced it"; 轴承异响换完轴承以后已经消除了), unless a
+# negation comes right before the cue (还没排除, haven't fixed it) or "again" after it.
+_EN_REPAIRED = ["replaced it", "fixed it", "repaired it", "sorted it", "changed it",
+                "swapped it", "fixed that", "sorted that", "cleared it", "reset it"]  # fmt: skip
+_ZH_REPAIRED = ["消除", "排除", "解除", "修好", "处理好", "解决了", "换完", "换好", "更换了",
+                "修复"]  # fmt: skip
 
 # Right after a match: it names a part or a document, not an event ("the emergency stop
 # buttons are all pulled out", 急停按钮). An event on the part is a concept (button + hit).
@@ -205,7 +225,24 @@ class KeywordSettings(BaseModel):
         title="Drill cues",
         description="Anywhere in a match's clause: a drill, test or training (急停演练).",
     )
-
+    announce_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_ANNOUNCE, _ZH_ANNOUNCE),
+        title="Drill announcement cues",
+        description="Anywhere earlier in the segment: it announces a drill, so a match after "
+        "it is part of the drill unless its clause says it is real (real_cues).",
+    )
+    real_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_REAL, _ZH_REAL),
+        title="Real-event cues",
+        description="In a match's clause: it really happens, whatever drill was announced "
+        "before it (not a drill, for real, 真的).",
+    )
+    repaired_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_REPAIRED, _ZH_REPAIRED),
+        title="Repaired cues",
+        description="Later in the same segment: the fault was repaired (replaced it, 已经"
+        "消除了); not after a negation (还没排除, haven't fixed it) or before 'again' (又).",
+    )
     device_cues: dict[str, list[str]] = Field(
         default_factory=lambda: _cue_lists(_EN_DEVICE, _ZH_DEVICE),
         title="Device cues",

@@ -2,12 +2,14 @@
 
 Two parts:
 
-1. Schema: both files (dev.yaml, holdout.yaml) hold exactly 60 streams each, 20 per kind
-   (paraphrase, keyword, negative) and 10 per kind and language (en, zh), at least 3
-   injection negatives per language; ids are unique and follow
+1. Schema: dev.yaml and holdout.yaml hold exactly 60 streams each, 20 per kind
+   (paraphrase, keyword, negative) and 10 per kind and language (en, zh); blind.yaml holds
+   exactly 40 streams, 10 keyword and 10 negative per language and no paraphrase; every
+   file has at least 3 injection negatives per language; ids are unique and follow
    `<part>-<lang>-<kind>-<nn>`; fault codes come from the catalogue of configs/agent.yaml;
-   evidence indices lie inside the stream; a stream has 2 to 20 segments; negatives name
-   no fault and no evidence; no segment text appears in both files.
+   evidence indices lie inside the stream; a stream has 2 to 20 segments (blind: 2 to 10);
+   negatives name no fault and no evidence; the paraphrase and keyword streams of each
+   language cover all codes; no segment text appears in two files.
 2. The keyword tier's phrases (pipelines.detect.KeywordDetector, built from the real
    catalogue without its concepts, and the keyword settings) over every segment of every
    stream, each segment with the last words of the stream before it as `context`, as the
@@ -26,6 +28,7 @@ import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,11 @@ from pipelines.normalize import join_units, normalize, units
 REPO = Path(__file__).resolve().parents[2]
 SET_DIR = Path(__file__).resolve().parent / "set"
 CONFIG = REPO / "configs" / "agent.yaml"
-FILES = {"dev": SET_DIR / "dev.yaml", "holdout": SET_DIR / "holdout.yaml"}
+FILES = {
+    "dev": SET_DIR / "dev.yaml",
+    "holdout": SET_DIR / "holdout.yaml",
+    "blind": SET_DIR / "blind.yaml",
+}
 
 KINDS = ("paraphrase", "keyword", "negative")
 LANGS = ("en", "zh")
@@ -53,10 +60,27 @@ NEGATIVE_KINDS = (
     "noise",
 )
 KIND_TAG = {"paraphrase": "para", "keyword": "kw", "negative": "neg"}
-STREAMS_PER_FILE = 60
-PER_KIND_LANG = 10
 MIN_INJECTIONS_PER_LANG = 3
-MIN_SEGMENTS, MAX_SEGMENTS = 2, 20
+MIN_SEGMENTS = 2
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """The counts one file must hold: streams per (kind, language), longest stream."""
+
+    per_kind_lang: dict[str, int]
+    max_segments: int
+
+    @property
+    def streams(self) -> int:
+        return sum(self.per_kind_lang.values()) * len(LANGS)
+
+
+PARTS = {
+    "dev": PartSpec({"paraphrase": 10, "keyword": 10, "negative": 10}, max_segments=20),
+    "holdout": PartSpec({"paraphrase": 10, "keyword": 10, "negative": 10}, max_segments=20),
+    "blind": PartSpec({"paraphrase": 0, "keyword": 10, "negative": 10}, max_segments=10),
+}
 CONTEXT_UNITS = 8  # pipelines/overlap.py: words kept before new text as detector context
 KEYS = {"id", "lang", "kind", "negative", "faults", "evidence", "segments"}
 ID_RE = re.compile(r"^(?P<part>[a-z]+)-(?P<lang>[a-z]{2})-(?P<kind>[a-z]+)-(?P<nn>\d{2})$")
@@ -133,7 +157,7 @@ def check_stream(part: str, stream: Any, codes: set[str]) -> list[str]:
     segments = stream["segments"]
     if not isinstance(segments, list) or not all(isinstance(s, str) for s in segments):
         return [*errors, "segments must be a list of strings"]
-    if not MIN_SEGMENTS <= len(segments) <= MAX_SEGMENTS:
+    if not MIN_SEGMENTS <= len(segments) <= PARTS[part].max_segments:
         errors.append(f"{len(segments)} segments")
     if any(not s.strip() for s in segments):
         errors.append("empty segment")
@@ -152,15 +176,16 @@ def validate(part: str, streams: list[Any], codes: set[str]) -> list[str]:
         seen.add(sid)
     if errors:
         return errors
-    if len(streams) != STREAMS_PER_FILE:
-        errors.append(f"{part}: {len(streams)} streams, expected {STREAMS_PER_FILE}")
+    spec = PARTS[part]
+    if len(streams) != spec.streams:
+        errors.append(f"{part}: {len(streams)} streams, expected {spec.streams}")
     counts = Counter((s["kind"], s["lang"]) for s in streams)
     for kind in KINDS:
         for lang in LANGS:
-            if counts[(kind, lang)] != PER_KIND_LANG:
+            if counts[(kind, lang)] != spec.per_kind_lang[kind]:
                 errors.append(
                     f"{part}: {counts[(kind, lang)]} {kind}/{lang} streams, "
-                    f"expected {PER_KIND_LANG}"
+                    f"expected {spec.per_kind_lang[kind]}"
                 )
     injections = Counter(s["lang"] for s in streams if s["negative"] == "injection")
     for lang in LANGS:
@@ -172,17 +197,19 @@ def validate(part: str, streams: list[Any], codes: set[str]) -> list[str]:
     return errors
 
 
-def coverage(streams: list[dict[str, Any]], codes: list[str]) -> list[str]:
-    """Codes missing from the paraphrase or keyword streams of a language."""
+def coverage(part: str, streams: list[dict[str, Any]], codes: list[str]) -> list[str]:
+    """Codes missing from the paraphrase or keyword streams of a language (kinds the part has)."""
     problems: list[str] = []
     for kind in ("paraphrase", "keyword"):
+        if PARTS[part].per_kind_lang[kind] == 0:
+            continue
         for lang in LANGS:
             have = {
                 c for s in streams if s["kind"] == kind and s["lang"] == lang for c in s["faults"]
             }
             missing = [c for c in codes if c not in have]
             if missing:
-                problems.append(f"{kind}/{lang} covers no stream of {missing}")
+                problems.append(f"{part}: {kind}/{lang} covers no stream of {missing}")
     return problems
 
 
@@ -258,7 +285,7 @@ def main() -> int:
         streams = load_stream_file(path)
         errors = validate(part, streams, set(codes))
         if not errors:
-            errors = coverage(streams, codes)
+            errors = coverage(part, streams, codes)
         for e in errors:
             print(f"SCHEMA {e}")
         failures += len(errors)
@@ -268,14 +295,21 @@ def main() -> int:
         by_kind = Counter((s["kind"], s["lang"]) for s in streams)
         print(
             f"{part}: {len(streams)} streams, "
-            + ", ".join(f"{k}/{lang} {by_kind[(k, lang)]}" for k in KINDS for lang in LANGS)
+            + ", ".join(
+                f"{k}/{lang} {by_kind[(k, lang)]}"
+                for k in KINDS
+                if PARTS[part].per_kind_lang[k]
+                for lang in LANGS
+            )
             + f", {sum(len(s['segments']) for s in streams)} segments"
         )
         failures += report(part, [run_keywords(detector, s) for s in streams], args.verbose)
-    if len(texts) == 2:
-        shared = texts["dev"] & texts["holdout"]
+    for a, b in combinations(FILES, 2):
+        if a not in texts or b not in texts:
+            continue
+        shared = texts[a] & texts[b]
         for text in sorted(shared):
-            print(f"SHARED segment in dev and holdout: {text!r}")
+            print(f"SHARED segment in {a} and {b}: {text!r}")
         failures += len(shared)
     print("OK" if failures == 0 else f"FAILED: {failures} problem(s)")
     return 0 if failures == 0 else 1
