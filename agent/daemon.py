@@ -24,7 +24,6 @@ persist anything that arrived meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING
 
 import structlog
@@ -41,7 +40,7 @@ from agent.fleet.planning import plan_verdict
 from agent.fleet.store import FleetStore
 from agent.intake import Intake
 from agent.metrics import MetricsServer, SnapshotCollector
-from agent.mqtt import MqttLink, NotConnectedError, Topics
+from agent.mqtt import MqttLink, Topics
 from agent.notify import SystemdNotifier, notify_loop
 from agent.outbox import Outbox
 from agent.publish import AlertWriter, Publisher, Transcripts
@@ -216,7 +215,7 @@ class Daemon:
                 await self.keywords.flush()
                 await self.publisher.drain_outbox(drain_timeout_s)
                 publisher.cancel()
-                await self._publish_stopped_status()
+                await self.publisher.publish_status("stopped")
                 await self.link.announce_stopped()
                 for task in background:
                     task.cancel()
@@ -317,17 +316,6 @@ class Daemon:
         return self._health.critical_analysis_running()
 
     # -- construction -------------------------------------------------------------------
-
-    async def _publish_stopped_status(self) -> None:
-        """The last status, `stopped`; a snapshot that fails to build (a bug, or a state
-        file the status model refuses) is logged and skipped: the shutdown goes on."""
-        try:
-            payload = self.status.payload("stopped")
-        except Exception:
-            log.exception("status.build_failed", state="stopped")
-            return
-        with contextlib.suppress(NotConnectedError):
-            await self.link.publish(self.topics.status, payload, retain=True)
 
     def _build_llm(self) -> None:
         """The slow tier for the current config: supervisor, tokenizer codec, analyzer (or

@@ -136,11 +136,12 @@ class Publisher:
         outbox: Outbox,
         stats: Stats,
         *,
-        status: Callable[[], bytes],
+        status: Callable[[str], bytes],
         status_interval_s: Callable[[], float],
     ) -> None:
-        """`status`: the retained status payload now; `status_interval_s`: the configured
-        interval (asked each round: a fleet apply may change it)."""
+        """`status`: the retained status payload now, for a state ("running", "stopped");
+        `status_interval_s`: the configured interval (asked each round: a fleet apply may
+        change it)."""
         self._link = link
         self._topics = topics
         self._outbox = outbox
@@ -182,18 +183,24 @@ class Publisher:
         while self._outbox.depth and self._link.connected.is_set() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
 
+    async def publish_status(self, state: str = "running") -> None:
+        """The retained status now. A snapshot that fails to build (a bug, or a state file
+        the status model refuses) is logged and counted, and the service goes on: the next
+        round, or the shutdown, is not stopped by it."""
+        try:
+            payload = self._status(state)
+        except Exception:
+            self.status_failures += 1
+            log.exception("status.build_failed", state=state, failures=self.status_failures)
+            return
+        with contextlib.suppress(NotConnectedError):  # the next round publishes again
+            await self._link.publish(self._topics.status, payload, retain=True)
+
     async def run_status(self) -> None:
         while True:
             await self._link.connected.wait()
             self.kick.clear()
-            try:
-                payload = self._status()
-            except Exception:  # a bug assembling it: logged, and the service goes on
-                self.status_failures += 1
-                log.exception("status.build_failed", failures=self.status_failures)
-            else:
-                with contextlib.suppress(NotConnectedError):  # the next round publishes again
-                    await self._link.publish(self._topics.status, payload, retain=True)
+            await self.publish_status()
             # Every interval, and at once after a watchdog or supervisor decision.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.kick.wait(), self._interval_s())

@@ -40,12 +40,12 @@ async def test_a_status_that_fails_to_build_is_logged_and_the_next_round_publish
     )
     rounds = 0
 
-    def status() -> bytes:
+    def status(state: str) -> bytes:
         nonlocal rounds
         rounds += 1
-        if rounds == 1:
+        if rounds == 1 or state == "stopped":
             raise ValueError("a producer's bug")
-        return json.dumps({"round": rounds}).encode()
+        return json.dumps({"round": rounds, "state": state}).encode()
 
     publisher = Publisher(
         link,
@@ -61,7 +61,10 @@ async def test_a_status_that_fails_to_build_is_logged_and_the_next_round_publish
             await watcher.wait_for(lambda w: bool(w.on("status")), what="a status after the bug")
             for task in tasks:
                 task.cancel()
-    assert publisher.status_failures == 1
-    assert watcher.on("status")[0].json()["round"] >= 2
+        # The shutdown's last status (Daemon.run) goes the same way: logged, not raised.
+        await publisher.publish_status("stopped")
+    assert publisher.status_failures == 2
+    first = watcher.on("status")[0].json()
+    assert first["round"] >= 2 and first["state"] == "running"
     failed = [e for e in logs if e["event"] == "status.build_failed"]
-    assert len(failed) == 1 and failed[0]["failures"] == 1
+    assert [(e["state"], e["failures"]) for e in failed] == [("running", 1), ("stopped", 2)]
