@@ -11,7 +11,7 @@ holds it does not matter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from pipelines.keyword_settings import KeywordSettings
 from pipelines.normalize import Unit, is_cjk, units
@@ -110,14 +110,25 @@ class _CueList:
             if len(c) > 1:
                 self._multi.setdefault(c[0], []).append(c)
 
-    def in_words(self, latin: Sequence[str]) -> str | None:
+    def word_hits(self, latin: Sequence[str]) -> Iterator[tuple[int, tuple[str, ...]]]:
+        """Every word cue in `latin`, in order: (where it starts, its words)."""
         for i, word in enumerate(latin):
             if word in self._single:
-                return word
+                yield i, (word,)
             for cue in self._multi.get(word, ()):
                 if tuple(latin[i : i + len(cue)]) == cue:
-                    return " ".join(cue)
-        return None
+                    yield i, cue
+
+    def in_words(self, latin: Sequence[str]) -> str | None:
+        return next((" ".join(cue) for _, cue in self.word_hits(latin)), None)
+
+    def char_hits(self, chars: str) -> Iterator[tuple[int, str]]:
+        """Every character-string cue in `chars`, each wherever it occurs."""
+        for cue in self.chars:
+            at = chars.find(cue)
+            while at >= 0:
+                yield at, cue
+                at = chars.find(cue, at + 1)
 
     def in_chars(self, chars: str, own: str = "") -> str | None:
         return next((c for c in self.chars if c in chars and c not in own), None)
@@ -239,24 +250,17 @@ class Cues:
     def repaired(self, seq: Sequence[Unit], end: int) -> str | None:
         """A repair said after the match in the segment ("..., they replaced it", 换完轴承
         以后已经消除了): not right after a negation, not followed by "again"."""
-        after = list(seq[end:])
+        after = seq[end:]
         words = [u.text for u in after if not u.cjk]
-        for cue in self._repaired.words:
-            for i in range(len(words) - len(cue) + 1):
-                if tuple(words[i : i + len(cue)]) != cue:
-                    continue
-                if (i and words[i - 1] in _EN_NOT) or _EN_AGAIN & set(words[i + len(cue) :]):
-                    continue
+        for i, cue in self._repaired.word_hits(words):
+            negated = i > 0 and words[i - 1] in _EN_NOT
+            if not negated and not _EN_AGAIN & set(words[i + len(cue) :]):
                 return " ".join(cue)
         chars = "".join(u.text for u in after if u.cjk)
-        for said in self._repaired.chars:
-            at = chars.find(said)
-            while at >= 0:
-                negated = any(n in chars[max(0, at - 2) : at] for n in _ZH_NOT)
-                again = any(a in chars[at + len(said) :] for a in _ZH_AGAIN)
-                if not negated and not again:
-                    return said
-                at = chars.find(said, at + 1)
+        for at, said in self._repaired.char_hits(chars):
+            negated = any(n in chars[max(0, at - 2) : at] for n in _ZH_NOT)
+            if not negated and not any(a in chars[at + len(said) :] for a in _ZH_AGAIN):
+                return said
         return None
 
 
