@@ -24,6 +24,8 @@ from typing import Any
 import structlog
 import yaml
 
+from agent.status.fleet import FleetAnswer
+
 __all__ = ["FleetState", "FleetStore", "TargetState"]
 
 log = structlog.get_logger(__name__)
@@ -48,6 +50,14 @@ class FleetState:
     pending: dict[str, Any] | None = None  # {"target", "version", "layer", "started_at"}
 
 
+def _answer(saved: Any) -> dict[str, Any]:
+    """A saved last answer, as it was written, once the status model reads it: the status
+    shows these as they are, and one its model refused would stop every status (a
+    ValidationError is a ValueError: the file is unreadable)."""
+    FleetAnswer.model_validate(saved)
+    return dict(saved)
+
+
 class FleetStore:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -55,15 +65,16 @@ class FleetStore:
 
     def load(self) -> FleetState:
         """The saved state; a file that cannot be read as one (a manual edit, a newer
-        version's format) is set aside as state.json.corrupt-<time> and the service starts
-        on the local file alone: a broken fleet state must not keep the device down."""
+        version's format, a last answer the status model refuses) is set aside as
+        state.json.corrupt-<time> and the service starts on the local file alone: a broken
+        fleet state must not keep the device down."""
         try:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
             return FleetState(
                 layers={t: TargetState(**v) for t, v in raw.get("layers", {}).items()},
                 seen={t: int(v) for t, v in raw.get("seen", {}).items()},
                 signatures={t: str(v) for t, v in raw.get("signatures", {}).items()},
-                last=dict(raw.get("last", {})),
+                last={t: _answer(v) for t, v in raw.get("last", {}).items()},
                 pending=raw.get("pending"),
             )
         except FileNotFoundError:
