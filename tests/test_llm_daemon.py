@@ -93,8 +93,16 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
         assert update["evidence"][1]["text"] == quote
 
         def analysed(w: MqttWatcher) -> bool:
+            # A status taken while the analyzer's sink commits counts the keyword stage's
+            # llm_faults but not yet the stream's faults_accepted (counted once delivered):
+            # wait for one taken after the analysis finished.
             st = w.on("status")
-            return bool(st) and st[-1].json()["llm"].get("analysis", {}).get("analyses", 0) >= 1
+            if not st:
+                return False
+            doc = st[-1].json()
+            ctx = doc["streams"].get("mic1", {}).get("context") or {}
+            done = doc["llm"].get("analysis", {}).get("analyses", 0) >= 1
+            return done and ctx.get("faults_accepted", 0) >= 1
 
         await watcher.wait_for(analysed, timeout=30, what="analysis counters in the status")
         status = watcher.on("status")[-1].json()
