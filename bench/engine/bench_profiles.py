@@ -64,7 +64,20 @@ from bench.engine.profile_probe import (  # noqa: E402
 )
 from bench.shapes import HYBRID_4B, TINY  # noqa: E402
 
-GPTQ_INT4 = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False}
+# GPTQ 4-bit, groups of 128. vLLM 0.26 (AutoGPTQConfig.maybe_update_config) takes the layers
+# to quantize from `modules_in_block_to_quantize`, and without it from the dtypes in the
+# checkpoint's safetensors headers: a dummy load has no checkpoint, so the 2026-12-01 run got
+# every projection in bf16 (8.08 GB). Naming them (substrings of each layer's prefix, the
+# decoder block's projections; in_proj_ba, the router and the MTP `fc` stay bf16, as in
+# published GPTQ checkpoints of this family) makes the dummy load int4-sized.
+GPTQ_INT4 = {
+    "quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False,
+    "modules_in_block_to_quantize": [
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "linear_attn.in_proj_qkvz", "linear_attn.out_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+    ],
+}  # fmt: skip
 SEGMENT = 4500
 
 
