@@ -172,6 +172,7 @@ def test_hybrid_fp8_halves_kv_but_not_the_recurrent_state(model_dir: ModelDirFac
     assert plan.verdict == "fits 128K with fp8 KV"
 
 
+MEASURED_INT4 = Path(__file__).parents[2] / "bench/engine/results/h200-2026-12-01-int4"
 MEASURED = Path(__file__).parents[2] / "bench/engine/results/h200-2026-12-01-profiles"
 
 
@@ -221,7 +222,36 @@ def test_hybrid_4b_layout_is_the_one_vllm_built_on_the_h200(model_dir: ModelDirF
         rel=0.10,
     )
     # the KV holds 128K; what does not fit on the 16 GB module is the bf16 weights
-    assert plan.verdict.startswith("does not fit: the engine needs 15.3 GB (weights 8.1 GB")
+    assert plan.verdict.startswith("does not fit: the engine needs 14.9 GB (weights 8.1 GB")
+
+
+@pytest.mark.parametrize(
+    ("results", "name"), [("c2-results.json", "orin-nx-8gb"), ("c3-results.json", "orin-nx-16gb")]
+)
+def test_dummy_load_of_a_config_naming_its_gptq_layers_plans_what_vllm_loaded(
+    model_dir: ModelDirFactory, results: str, name: str
+) -> None:
+    """The second issue-20 lease: the config names `modules_in_block_to_quantize`, and vLLM's
+    dummy load made the projections int4 (3.13 GB instead of the 8.08 GB without the list)."""
+    data = json.loads((MEASURED_INT4 / results).read_text())
+    run: dict[str, Any] = data["runs"][f"{name}:full"]
+    folder = model_dir(run["config"])
+    profile = _as_run(load_engine_profile(name), run, folder)
+    plan = plan_memory(folder, profile)
+    assert plan.weights_source.endswith("gptq 4-bit projections")
+    measured = run["after_load"]["worker"]["model_memory_usage"]
+    assert abs(plan.weight_bytes / measured - 1) < 0.05
+    kv = run["kv"]
+    assert plan.layout is not None
+    assert plan.layout.blocks(plan.kv_budget_bytes) == kv["num_blocks"]
+    assert plan.kv_capacity_tokens == kv["one_seq_tokens"]
+    assert plan.fixed_bytes_per_seq == kv["state_bytes_per_seq"]
+    # the profile's runtime is the one measured: vLLM's processes (RSS) + GPU beyond torch's
+    proc, worker = run["after_load"]["proc"], run["after_load"]["worker"]
+    runtime = proc["host_rss_total"] + proc["gpu_ours"] - worker["reserved"]
+    assert plan.runtime_bytes == pytest.approx(runtime, rel=0.02)
+    # with int4 weights the 16 GB module holds the engine; the 8 GB module does not
+    assert plan.fits == (name == "orin-nx-16gb"), plan.verdict
 
 
 def test_int4_config_without_weight_files_is_planned_at_int4(model_dir: ModelDirFactory) -> None:
