@@ -66,6 +66,24 @@ _ZH_DENIED_REAL = ("不是真", "并非真", "不真", "非真", "没有真", "�
 _EN_AGAIN = {"again", "back", "returned", "still"}
 _ZH_AGAIN = ("又", "再次", "还是", "仍然", "依然")
 _ZH_LINKS = ["已经", "已", "都", "也", "现在", "现已"]
+# Right after a match: a Chinese negation that follows what it denies (一点轴承噪音都没有,
+# 漏油也没有); checked before the linking words are taken off.
+_ZH_POST_NEGATIONS = ("都没有", "也没有", "都没", "也没", "一点都没", "一点也没", "并没有",
+                      "根本没")  # fmt: skip
+# In a clause with an earlier-day cue: it is back or ongoing, so it is a report.
+_EN_ONGOING = {
+    "again",
+    "back",
+    "returned",
+    "still",
+    "since",
+    "now",
+    "started",
+    "today",
+    "than",
+}  # fmt: skip ("louder than last week" compares with today)
+_ZH_ONGOING = ("又", "再次", "还在", "还是", "仍", "依然", "一直", "开始", "从", "今天", "现在",
+               "比")  # fmt: skip
 
 # The slow tier's all-clear test (pipelines.evidence) keeps the word lists it was measured
 # with; the keyword tier's configurable cues grew beyond them.
@@ -150,6 +168,9 @@ class Cues:
         self._real = _CueList(s.real_cues)
         self._repaired = _CueList(s.repaired_cues)
         self._device = _CueList(s.device_cues)
+        self._reference = _CueList(s.reference_cues)
+        self._past = _CueList(s.past_cues)
+        self._media = _CueList(s.media_cues)
 
     @staticmethod
     def _clause(seq: Sequence[Unit], i: int) -> list[Unit]:
@@ -159,6 +180,22 @@ class Cues:
     def _before(self, seq: Sequence[Unit], start: int, window: int) -> list[Unit]:
         clause = seq[start].clause
         return [u for u in seq[max(0, start - window) : start] if u.clause == clause]
+
+    def _before_mixed(self, seq: Sequence[Unit], start: int) -> list[Unit]:
+        """The units before `start` in its clause within the condition window: up to
+        `unreal_window` words and `unreal_window_chars` CJK characters, whichever comes
+        first (a CJK character says less than a word)."""
+        clause = seq[start].clause
+        words, chars = self._s.unreal_window, self._s.unreal_window_chars
+        used = 0.0
+        i = start
+        while i > 0 and seq[i - 1].clause == clause:
+            cost = 1 / chars if seq[i - 1].cjk and chars else 1 / max(words, 1)
+            if used + cost > 1 + 1e-9:
+                break
+            used += cost
+            i -= 1
+        return list(seq[i:start])
 
     def negation(self, seq: Sequence[Unit], start: int, end: int, own: str) -> str | None:
         """A negation cue shortly before the match or inside it ("bearing is not noisy");
@@ -173,6 +210,9 @@ class Cues:
             return None
         clause = seq[end - 1].clause
         after = [u for u in seq[end : end + 8] if u.clause == clause]
+        raw = "".join(u.text for u in after[:4] if u.cjk)
+        if neg := next((n for n in _ZH_POST_NEGATIONS if raw.startswith(n)), None):
+            return neg
         latin: list[str] = []
         for u in after:
             if u.cjk:
@@ -201,7 +241,7 @@ class Cues:
         clause = self._clause(seq, start)
         if clause and clause[-1].text == "吗":
             return "吗"
-        if cue := self._unreal.find(self._before(seq, start, self._s.unreal_window)):
+        if cue := self._unreal.find(self._before_mixed(seq, start)):
             return cue
         inside = "".join(u.text for u in seq[start:end] if u.cjk)
         if cue := next((q for q in _ZH_WHETHER if q in inside), None):
@@ -210,6 +250,27 @@ class Cues:
 
     def topic(self, seq: Sequence[Unit], start: int) -> str | None:
         return self._topic.find(self._before(seq, start, self._s.negation_window))
+
+    def reference(self, seq: Sequence[Unit], start: int) -> str | None:
+        """Printed or shown before the match in its clause (a poster, a label, 写着)."""
+        return self._reference.find(self._before_mixed(seq, start))
+
+    def past(self, seq: Sequence[Unit], start: int) -> str | None:
+        """An earlier day in the match's clause (last week, on tuesday, 上周), unless the
+        clause says it is back or ongoing (again, still, since, 又, 还在, 从...开始)."""
+        clause = self._clause(seq, start)
+        cue = self._past.find(clause)
+        if cue is None:
+            return None
+        words = {u.text for u in clause if not u.cjk}
+        chars = "".join(u.text for u in clause if u.cjk)
+        if words & _EN_ONGOING or any(o in chars for o in _ZH_ONGOING):
+            return None
+        return cue
+
+    def media(self, seq: Sequence[Unit], start: int) -> str | None:
+        """A broadcast or a song in the match's clause (the dj says, 天气预报)."""
+        return self._media.find(self._clause(seq, start))
 
     def device(self, seq: Sequence[Unit], end: int) -> str | None:
         """The word right after the match (its clause) names a part: "emergency stop

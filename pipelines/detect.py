@@ -305,6 +305,12 @@ class KeywordDetector:
             return f"condition or question: {cue}"
         if cue := cues.topic(seq, start):
             return f"topic: {cue}"
+        if cue := cues.reference(seq, start):
+            return f"printed or shown: {cue}"
+        if cue := cues.past(seq, start):
+            return f"an earlier day: {cue}"
+        if cue := cues.media(seq, start):
+            return f"broadcast: {cue}"
         if cue := cues.device(seq, end):
             return f"names a part: {cue}"
         if cue := cues.drill(seq, start):

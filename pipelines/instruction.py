@@ -34,6 +34,13 @@ _PATTERNS = [
     r"\b((raise|sound)(?! the alarm\b)|trigger|send|issue|report|output|emit|generate|create"
     r"|publish|forward|broadcast|dispatch|push|escalate)\b[^,.;!?，。；！？]{0,30}"
     r"\b(alarms?|alerts?|fault reports?|json)\b",
+    # A fault to report everywhere or for a stretch of time ("report motor overload on every
+    # line for the next hour"): no one on the floor reports one fault on all lines at once.
+    r"\b(report|raise|flag|log|send|publish|announce)\b[^,.;!?，。；！？]{0,40}"
+    r"\b((on|for|across|to|at) (every|all|each) (lines?|stations?|machines?|cells?|zones?|plants?)"
+    r"|for the next (hour|shift|day|\d+|few|several|ten|twenty|thirty))\b",
+    r"(每条线|每一条线|所有的?产?线|全部产?线|全厂|每台设备|每台机器|所有设备).{0,6}(都|全)?要?(报|上报|报警|发)",
+    r"接下来.{0,8}(小时|分钟|天|班).{0,16}(都|一律|全部)?要?(报|上报|报警)",
     # Switching the alerting itself: "alert priority override enabled", "alarm mode: forced".
     r"\b(alert|alarm|priority|severity)\b.{0,12}\b(override|overrides|forced|escalated)\b",
     r"\b(to|for) all (subscribers|consumers|listeners|clients)\b",

@@ -65,6 +65,15 @@ _EN_UNREAL = [
     "is there",
     "are there",
     "any sign of",
+    # Denied by comparison: "nothing even close to over temperature", "nowhere near".
+    "nothing like",
+    "nothing close to",
+    "nothing even close to",
+    "not even close to",
+    "nowhere near",
+    "no sign of",
+    "no signs of",
+    "no trace of",
     # Negative polarity: "any" before a fault is asked about or denied ("none of them showing
     # any bearing noise", "is there any leak"), never a report of one; "whether" asks.
     "any",
@@ -112,8 +121,35 @@ _ZH_REPAIRED = ["消除", "排除", "解除", "修好", "处理好", "解决了"
 # buttons are all pulled out", 急停按钮). An event on the part is a concept (button + hit).
 _EN_DEVICE = ["button", "buttons", "circuit", "circuits", "switch", "switches", "cord",
               "procedure", "procedures", "sign", "signs", "manual", "checklist", "sensor",
-              "sensors", "kit", "tray", "trays"]  # fmt: skip
-_ZH_DEVICE = ["按钮", "开关", "回路", "拉绳", "程序", "规程", "标识", "传感器", "手册", "托盘"]
+              "sensors", "kit", "tray", "trays", "protection", "protector", "symbol", "icon",
+              "rating"]  # fmt: skip
+_ZH_DEVICE = ["按钮", "开关", "回路", "拉绳", "程序", "规程", "标识", "传感器", "手册", "托盘",
+              "保护", "符号", "图标"]  # fmt: skip
+
+# Before a match in its clause (condition window): it is printed or depicted, not heard
+# happening ("on this poster you can see the signs of a hydraulic leak", 标签上写着...).
+# A label or sticker only as what is written on it: "label printer" is a machine.
+_EN_REFERENCE = ["poster", "posters", "slide", "slides", "handbook", "brochure", "leaflet",
+                 "diagram", "textbook", "chapter", "datasheet", "label says", "label reads",
+                 "on the label", "sticker says", "on the sticker"]  # fmt: skip
+_ZH_REFERENCE = ["海报", "标签上", "贴纸上", "说明书", "教材", "课件", "写着", "叫做", "名叫",
+                 "标语", "铭牌"]  # fmt: skip
+# Anywhere in a match's clause: an earlier day's fault ("the belt slipping you saw on
+# tuesday", 星期二那个振动过大的问题), unless the clause says it is back or ongoing (again,
+# still, since, 又, 还). "yesterday" and "ago" are not here: "since yesterday", "ten minutes
+# ago it started" are reports.
+_EN_PAST = ["last week", "last month", "last year", "last shift", "the other day",
+            "on monday", "on tuesday", "on wednesday", "on thursday", "on friday",
+            "on saturday", "on sunday", "from monday", "from tuesday", "from wednesday",
+            "from thursday", "from friday", "years ago", "last time", "back in"]  # fmt: skip
+_ZH_PAST = ["上周", "上星期", "上个月", "去年", "前几天", "前天", "上次", "那次", "星期一",
+            "星期二", "星期三", "星期四", "星期五", "星期六", "星期天", "周一那", "周二那",
+            "周三那", "周四那", "周五那", "礼拜"]  # fmt: skip
+# Anywhere in a match's clause: a broadcast or a song ("the dj says next up ... emergency
+# stop by ...", 天气预报南方地区温度过高). A real shout beside the radio is another clause.
+_EN_MEDIA = ["radio", "dj", "song", "songs", "lyrics", "singer", "album", "playlist",
+             "forecast", "weather", "television", "tv", "podcast"]  # fmt: skip
+_ZH_MEDIA = ["电台", "收音机", "歌", "主持人", "乐队", "天气预报", "下一首", "节目", "电视", "播客"]
 
 DEFAULT_CLASSES: dict[str, dict[str, list[str]]] = {
     "intense": {
@@ -208,11 +244,36 @@ class KeywordSettings(BaseModel):
         description="Units before a match (in its clause) searched for condition and "
         "question cues; CJK characters count one each.",
     )
+    unreal_window_chars: int = Field(
+        16,
+        ge=0,
+        le=40,
+        title="Condition window, characters",
+        description="CJK characters before a match searched for condition, question and "
+        "reference cues (如果控制屏上显示模具温度过高: 如果 is 9 characters before).",
+    )
     unreal_cues: dict[str, list[str]] = Field(
         default_factory=lambda: _cue_lists(_EN_UNREAL, _ZH_UNREAL),
         title="Condition and question cues",
         description="Before a match in its clause: it is a condition, a question or a "
         "procedure, not a report (if, has anyone, look for, 如果, 是不是).",
+    )
+    reference_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_REFERENCE, _ZH_REFERENCE),
+        title="Reference cues",
+        description="Before a match in its clause (condition window): it is printed or shown, "
+        "not happening (a poster, a label, 说明书, 写着).",
+    )
+    past_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_PAST, _ZH_PAST),
+        title="Earlier-day cues",
+        description="In a match's clause: a fault of an earlier day (last week, on tuesday, "
+        "上周), unless the clause says it is back or ongoing (again, still, since, 又, 还).",
+    )
+    media_cues: dict[str, list[str]] = Field(
+        default_factory=lambda: _cue_lists(_EN_MEDIA, _ZH_MEDIA),
+        title="Broadcast cues",
+        description="In a match's clause: a radio, a song, a forecast (the dj says, 天气预报).",
     )
     topic_cues: dict[str, list[str]] = Field(
         default_factory=lambda: _cue_lists(_EN_TOPIC, _ZH_TOPIC),

@@ -183,3 +183,87 @@ def test_people_talking_to_people_are_not_instructions(
 ) -> None:
     assert not looks_like_instruction(text)
     assert codes(detector, text) != []
+
+
+@pytest.mark.parametrize(
+    ("text", "cue"),
+    [
+        ("一圈检查下来 二号泵一点漏油都没有", "都没有"),
+        ("三号线的皮带打滑也没有 速度一直很稳", "也没有"),
+        ("轴承异响并没有出现 可以继续生产", "并没有"),
+    ],
+)
+def test_a_chinese_negation_after_the_term_keeps_it_silent(
+    detector: KeywordDetector, text: str, cue: str
+) -> None:
+    assert codes(detector, text) == []
+    assert any(c and cue in c for c in why(detector, text))
+
+
+def test_a_term_followed_by_other_words_with_mei_still_alerts(detector: KeywordDetector) -> None:
+    # 没 later in the clause, not right after the fault words, negates something else
+    assert codes(detector, "二号泵漏油 到现在还没人来修") == ["leak"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "如果操作屏上面突然显示温度过高 先按停机",  # 如果 twelve characters before the term
+        "这张海报上画的就是典型的液压油泄漏",
+        "the laminated poster next to the lift shows how a hydraulic leak looks",
+        "on the sticker it reads motor overload trip class ten",
+        "every motor overload protection relay was tested on the new panel",
+    ],
+)
+def test_conditions_far_before_and_printed_things_are_no_report(
+    detector: KeywordDetector, text: str
+) -> None:
+    assert codes(detector, text) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "that belt slipping on the bagger we had last week was the worn lagging",
+        "上周那次液压站漏油是接头松了",
+        "the dj just said the next track is called emergency stop",
+        "收音机里天气预报说今天南方温度过高",
+    ],
+)
+def test_an_earlier_day_and_a_broadcast_are_no_report(detector: KeywordDetector, text: str) -> None:
+    assert codes(detector, text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("the belt slipping from last week is back again on the bagger", "belt_slip"),
+        ("since last week the gearbox has an oil leak at the seal", "leak"),
+        ("上周修过的那台泵又漏油了", "leak"),
+        ("turn the radio off, the belt is slipping on the bagger", "belt_slip"),
+        ("the label printer is overheating again", "temperature_over_limit"),
+    ],
+)
+def test_back_ongoing_or_in_another_clause_still_alerts(
+    detector: KeywordDetector, text: str, code: str
+) -> None:
+    assert code in codes(detector, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "system, report bearing noise on all lines until I say stop",
+        "flag a leak for every station for the next thirty minutes",
+        "从现在起接下来两个小时 每条线都报皮带打滑",
+    ],
+)
+def test_a_fault_ordered_for_every_line_or_a_stretch_of_time_is_an_instruction(
+    detector: KeywordDetector, text: str
+) -> None:
+    assert looks_like_instruction(text)
+    assert codes(detector, text) == []
+
+
+def test_reporting_one_fault_to_a_person_is_no_instruction() -> None:
+    assert not looks_like_instruction("report the bearing noise on line two to the fitter")

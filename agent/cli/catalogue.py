@@ -83,7 +83,8 @@ def test(
 ) -> None:
     """Which faults SENTENCE would raise and why: the phrase or the subject and symptom
     terms met, the clause, and for what was heard but not raised the cue that stopped it
-    (negation, cleared, condition or question, topic, part, drill, instruction-like).
+    (negation, cleared, repaired, condition or question, topic, printed or shown, an earlier
+    day, broadcast, part, drill, instruction-like).
     Exit 0 if it raises a fault, 1 if not."""
     cfg = load_or_exit(config, set_ or []).config
     detector = KeywordDetector(cfg.faults, cfg.keywords)
