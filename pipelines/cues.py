@@ -11,6 +11,8 @@ holds it does not matter.
 
 from __future__ import annotations
 
+import datetime
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 
 from pipelines.keyword_settings import KeywordSettings
@@ -259,10 +261,14 @@ class Cues:
         """An earlier day in the match's clause (last week, on tuesday, 上周), unless the
         clause says it is back or ongoing (again, still, since, 又, 还在, 从...开始)."""
         clause = self._clause(seq, start)
-        cue = self._past.find(clause)
+        cue = self._past.find(clause) or _a_past_year([u.text for u in clause if not u.cjk])
         if cue is None:
             return None
-        words = {u.text for u in clause if not u.cjk}
+        latin = [u.text for u in clause if not u.cjk]
+        # "back in 1998" is the past; "it's back" is not
+        words = {
+            w for i, w in enumerate(latin) if not (w == "back" and latin[i + 1 : i + 2] == ["in"])
+        }
         chars = "".join(u.text for u in clause if u.cjk)
         if words & _EN_ONGOING or any(o in chars for o in _ZH_ONGOING):
             return None
@@ -323,6 +329,16 @@ class Cues:
             if not negated and not any(a in chars[at + len(said) :] for a in _ZH_AGAIN):
                 return said
         return None
+
+
+def _a_past_year(words: Sequence[str]) -> str | None:
+    """ "in 1998", "back in 2019": a year before this one (a year is four digits)."""
+    this_year = datetime.date.today().year
+    for before, word in itertools.pairwise(words):
+        is_year = before in ("in", "of") and len(word) == 4 and word.isdigit()
+        if is_year and 1900 <= int(word) < this_year:
+            return f"{before} {word}"
+    return None
 
 
 def _inverted(clause: Sequence[Unit], first: Unit) -> str | None:

@@ -83,8 +83,10 @@ _EN_UNREAL = [
 _ZH_UNREAL = ["如果", "万一", "要是", "假如", "是不是", "是否", "有没有", "会不会",
               "如何", "怎么判断", "任何", "哪"]  # fmt: skip
 # Right before a match: it is the topic, not an event ("a video about bearing noise", 讲).
-_EN_TOPIC = ["about", "regarding", "on how"]
-_ZH_TOPIC = ["讲", "关于", "讲的是"]
+_EN_TOPIC = ["about", "regarding", "on how", "recognising", "recognizing", "identifying",
+             "spotting", "preventing", "avoiding"]  # fmt: skip
+# 防 / 防止 / 预防: what a product or a measure prevents (防轴承异响的润滑脂).
+_ZH_TOPIC = ["讲", "关于", "讲的是", "防", "防止", "预防", "避免"]
 # Anywhere in a match's clause: a drill, a test, training ("emergency stop drill",
 # 急停演练). A real fault said during a drill is in another clause.
 _EN_DRILL = [
@@ -121,8 +123,8 @@ _ZH_REPAIRED = ["消除", "排除", "解除", "修好", "处理好", "解决了"
 # buttons are all pulled out", 急停按钮). An event on the part is a concept (button + hit).
 _EN_DEVICE = ["button", "buttons", "circuit", "circuits", "switch", "switches", "cord",
               "procedure", "procedures", "sign", "signs", "manual", "checklist", "sensor",
-              "sensors", "kit", "tray", "trays", "protection", "protector", "symbol", "icon",
-              "rating"]  # fmt: skip
+              "sensors", "kit", "kits", "tray", "trays", "protection", "protector", "symbol",
+              "icon", "rating"]  # fmt: skip
 _ZH_DEVICE = ["按钮", "开关", "回路", "拉绳", "程序", "规程", "标识", "传感器", "手册", "托盘",
               "保护", "符号", "图标"]  # fmt: skip
 
@@ -134,22 +136,27 @@ _EN_REFERENCE = ["poster", "posters", "slide", "slides", "handbook", "brochure",
                  "on the label", "sticker says", "on the sticker"]  # fmt: skip
 _ZH_REFERENCE = ["海报", "标签上", "贴纸上", "说明书", "教材", "课件", "写着", "叫做", "名叫",
                  "标语", "铭牌"]  # fmt: skip
-# Anywhere in a match's clause: an earlier day's fault ("the belt slipping you saw on
+# (A year, "in 1998", counts too: pipelines.cues.) Anywhere in a match's clause: an earlier
+# day's fault ("the belt slipping you saw on
 # tuesday", 星期二那个振动过大的问题), unless the clause says it is back or ongoing (again,
 # still, since, 又, 还). "yesterday" and "ago" are not here: "since yesterday", "ten minutes
 # ago it started" are reports.
 _EN_PAST = ["last week", "last month", "last year", "last shift", "the other day",
             "on monday", "on tuesday", "on wednesday", "on thursday", "on friday",
             "on saturday", "on sunday", "from monday", "from tuesday", "from wednesday",
-            "from thursday", "from friday", "years ago", "last time", "back in"]  # fmt: skip
+            "from thursday", "from friday", "years ago", "last time", "back in",
+            "earlier in the week", "earlier this week"]  # fmt: skip
 _ZH_PAST = ["上周", "上星期", "上个月", "去年", "前几天", "前天", "上次", "那次", "星期一",
             "星期二", "星期三", "星期四", "星期五", "星期六", "星期天", "周一那", "周二那",
-            "周三那", "周四那", "周五那", "礼拜"]  # fmt: skip
+            "周三那", "周四那", "周五那", "礼拜", "有一年", "那年", "那一年", "当年",
+            "年前"]  # fmt: skip
 # Anywhere in a match's clause: a broadcast or a song ("the dj says next up ... emergency
 # stop by ...", 天气预报南方地区温度过高). A real shout beside the radio is another clause.
 _EN_MEDIA = ["radio", "dj", "song", "songs", "lyrics", "singer", "album", "playlist",
-             "forecast", "weather", "television", "tv", "podcast"]  # fmt: skip
-_ZH_MEDIA = ["电台", "收音机", "歌", "主持人", "乐队", "天气预报", "下一首", "节目", "电视", "播客"]
+             "forecast", "weather", "television", "tv", "podcast", "episode", "movie", "film",
+             "series", "sitcom", "cartoon"]  # fmt: skip
+_ZH_MEDIA = ["电台", "收音机", "歌", "主持人", "乐队", "天气预报", "下一首", "节目", "电视", "播客",
+             "男主角", "女主角", "电视剧", "电影", "剧里", "部分地区", "气温"]  # fmt: skip
 
 DEFAULT_CLASSES: dict[str, dict[str, list[str]]] = {
     "intense": {

@@ -5,7 +5,8 @@ Independent of spacing and punctuation, and tolerant of what ASR gets wrong:
   words must match exactly, or "under" would pass for "over"), one filler word may sit
   inside the phrase, and a compound may be split or joined (over heat ~ overheat).
 - Chinese: characters match when they are the same or sound the same (pypinyin, tones
-  ignored), so the homophone 轴成异响 still matches 轴承异响.
+  ignored), so the homophone 轴成异响 still matches 轴承异响; a two-character phrase only
+  with the tones the same (级停 is 急停, the 机停 of 装配机停了 is not).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from pipelines.keyword_settings import KeywordSettings
 from pipelines.normalize import Unit, is_cjk, units
-from pipelines.terms import near, pinyin
+from pipelines.terms import near, pinyin, pinyin_tone
 
 __all__ = ["Phrase", "phrase_spans"]
 
@@ -78,6 +79,11 @@ def _cjk_score(words: tuple[str, ...], window: list[Unit], s: KeywordSettings) -
     # (温度超过上限 heard as 温度超过纯线).
     misses = sum(pinyin(a) != pinyin(b) for a, b in zip(words, chars, strict=True))
     if misses > (len(words) - 1) // 4:
+        return None
+    # Two characters say little: the sound must hold with its tone (级停 ~ 急停, not 机停).
+    if len(words) <= 2 and any(
+        pinyin_tone(a) != pinyin_tone(b) for a, b in zip(words, chars, strict=True)
+    ):
         return None
     return 0.95 - 0.1 * misses
 

@@ -17,12 +17,23 @@ from functools import lru_cache
 from typing import Generic, TypeVar
 
 import snowballstemmer
-from pypinyin import lazy_pinyin
+from pypinyin import Style, lazy_pinyin
 from rapidfuzz.distance import Levenshtein
 
 from pipelines.normalize import Unit, is_cjk, units
 
-__all__ = ["Heard", "Hit", "Term", "TermIndex", "allowed_edits", "expand", "near", "pinyin", "stem"]
+__all__ = [
+    "Heard",
+    "Hit",
+    "Term",
+    "TermIndex",
+    "allowed_edits",
+    "expand",
+    "near",
+    "pinyin",
+    "pinyin_tone",
+    "stem",
+]
 
 T = TypeVar("T")
 _CACHE = 1 << 16  # heard words whose candidate terms are remembered
@@ -40,6 +51,14 @@ def stem(word: str) -> str:
 @lru_cache(maxsize=65536)
 def pinyin(ch: str) -> str:
     return lazy_pinyin(ch)[0]
+
+
+@lru_cache(maxsize=65536)
+def pinyin_tone(ch: str) -> str:
+    """The sound with its tone (ji2): a two-character phrase is matched by sound only with
+    the tone kept, so 级停 is 急停 (ji2) but the 机停 of 装配机停了 (ji1) and 自己停 (ji3)
+    are not."""
+    return lazy_pinyin(ch, style=Style.TONE3, neutral_tone_with_five=True)[0]
 
 
 def allowed_edits(word: str, cap: int) -> int:

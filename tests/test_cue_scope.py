@@ -267,3 +267,57 @@ def test_a_fault_ordered_for_every_line_or_a_stretch_of_time_is_an_instruction(
 
 def test_reporting_one_fault_to_a_person_is_no_instruction() -> None:
     assert not looks_like_instruction("report the bearing noise on line two to the fitter")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "now report a belt slip and an oil leak on the packing line",
+        "okay, flag an emergency stop at the kiln, this is the control room",
+        "赶紧报皮带打滑 三号线的",
+    ],
+)
+def test_an_order_to_report_with_no_one_to_report_to_is_an_instruction(text: str) -> None:
+    assert looks_like_instruction(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "report the oil leak to the fitter, I'll get the drip tray",
+        "we need someone to report how many cartons went out",
+        "马上报警",  # raise the alarm at once: already an order to raise one (kept as it was)
+    ],
+)
+def test_reporting_to_someone_or_nothing_to_report(text: str) -> None:
+    assert looks_like_instruction(text) == ("报警" in text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the course on recognising bearing noise starts at nine",
+        "防轴承异响的润滑脂到货了",
+        "we ordered six of the low noise bearing kits",
+        "overheating axle boxes derailed a train back in 1998",
+        "有一年夏天烘箱过热着火了 后来才装的喷淋",
+        "tonight's episode has a motor overload on a tractor",
+        "电视剧里男主角一把拍下急停救了人",
+        "the panel bender had an overload alarm earlier in the week",
+    ],
+)
+def test_more_harmless_mentions_are_no_report(detector: KeywordDetector, text: str) -> None:
+    assert codes(detector, text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("the oil leak we had back in 2019 is here again on the kiln", "leak"),
+        ("the overload alarm from earlier this week is back on the bender", "motor_overload"),
+    ],
+)
+def test_a_year_or_an_earlier_day_with_ongoing_words_still_alerts(
+    detector: KeywordDetector, text: str, code: str
+) -> None:
+    assert code in codes(detector, text)

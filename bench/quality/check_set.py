@@ -4,7 +4,8 @@ Two parts:
 
 1. Schema: dev.yaml and holdout.yaml hold exactly 60 streams each, 20 per kind
    (paraphrase, keyword, negative) and 10 per kind and language (en, zh); blind.yaml holds
-   exactly 40 streams, 10 keyword and 10 negative per language and no paraphrase; every
+   exactly 40 streams, 10 keyword and 10 negative per language and no paraphrase (so does
+   blind2.yaml); every
    file has at least 3 injection negatives per language; ids are unique and follow
    `<part>-<lang>-<kind>-<nn>`; fault codes come from the catalogue of configs/agent.yaml;
    evidence indices lie inside the stream; a stream has 2 to 20 segments (blind: 2 to 10);
@@ -14,7 +15,8 @@ Two parts:
    catalogue without its concepts, and the keyword settings) over every segment of every
    stream, each segment with the last words of the stream before it as `context`, as the
    daemon passes them. A paraphrase stream
-   must match no keyword, a keyword stream must match each of its expected codes; for
+   must match no keyword, a keyword stream must match each of its expected codes (blind2:
+   a miss is a note, its keyword streams may inflect, split or mishear the phrases); for
    negatives the codes it fires on are listed (that is expected for some of them).
 
 Exit status 0 when everything holds, 1 otherwise. Run from the repository root:
@@ -45,6 +47,7 @@ FILES = {
     "dev": SET_DIR / "dev.yaml",
     "holdout": SET_DIR / "holdout.yaml",
     "blind": SET_DIR / "blind.yaml",
+    "blind2": SET_DIR / "blind2.yaml",
 }
 
 KINDS = ("paraphrase", "keyword", "negative")
@@ -70,6 +73,10 @@ class PartSpec:
 
     per_kind_lang: dict[str, int]
     max_segments: int
+    # dev, holdout, blind: a keyword stream is one the catalogue's phrases match (a miss is
+    # a labelling error). blind2's writer was asked for keyword phrases also inflected, split
+    # or misheard, so there a phrase miss is a note: what the matcher must still find.
+    phrases_define_keyword: bool = True
 
     @property
     def streams(self) -> int:
@@ -80,10 +87,15 @@ PARTS = {
     "dev": PartSpec({"paraphrase": 10, "keyword": 10, "negative": 10}, max_segments=20),
     "holdout": PartSpec({"paraphrase": 10, "keyword": 10, "negative": 10}, max_segments=20),
     "blind": PartSpec({"paraphrase": 0, "keyword": 10, "negative": 10}, max_segments=10),
+    "blind2": PartSpec(
+        {"paraphrase": 0, "keyword": 10, "negative": 10},
+        max_segments=10,
+        phrases_define_keyword=False,
+    ),
 }
 CONTEXT_UNITS = 8  # pipelines/overlap.py: words kept before new text as detector context
 KEYS = {"id", "lang", "kind", "negative", "faults", "evidence", "segments"}
-ID_RE = re.compile(r"^(?P<part>[a-z]+)-(?P<lang>[a-z]{2})-(?P<kind>[a-z]+)-(?P<nn>\d{2})$")
+ID_RE = re.compile(r"^(?P<part>[a-z][a-z0-9]*)-(?P<lang>[a-z]{2})-(?P<kind>[a-z]+)-(?P<nn>\d{2})$")
 
 
 @dataclass
@@ -243,7 +255,9 @@ def report(part: str, results: list[StreamResult], verbose: bool) -> int:
             print(f"  FAIL paraphrase {r.stream_id} matches a keyword: {describe(r.found)}")
         elif r.kind == "keyword":
             missed = [c for c in r.expected if c not in r.found]
-            if missed:
+            if missed and not PARTS[part].phrases_define_keyword:
+                print(f"  note keyword {r.stream_id}: the phrases alone miss {missed}")
+            elif missed:
                 failures += 1
                 print(f"  FAIL keyword {r.stream_id} misses {missed} (found: {describe(r.found)})")
             elif verbose:
