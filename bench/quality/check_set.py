@@ -15,7 +15,7 @@ Two parts:
    catalogue without its concepts, and the keyword settings) over every segment of every
    stream, each segment with the last words of the stream before it as `context`, as the
    daemon passes them. A paraphrase stream
-   must match no keyword, a keyword stream must match each of its expected codes (blind2:
+   must match no keyword, a keyword stream must match each of its expected codes (blind2, blind3:
    a miss is a note, its keyword streams may inflect, split or mishear the phrases); for
    negatives the codes it fires on are listed (that is expected for some of them).
 
@@ -48,6 +48,7 @@ FILES = {
     "holdout": SET_DIR / "holdout.yaml",
     "blind": SET_DIR / "blind.yaml",
     "blind2": SET_DIR / "blind2.yaml",
+    "blind3": SET_DIR / "blind3.yaml",
 }
 
 KINDS = ("paraphrase", "keyword", "negative")
@@ -88,6 +89,11 @@ PARTS = {
     "holdout": PartSpec({"paraphrase": 10, "keyword": 10, "negative": 10}, max_segments=20),
     "blind": PartSpec({"paraphrase": 0, "keyword": 10, "negative": 10}, max_segments=10),
     "blind2": PartSpec(
+        {"paraphrase": 0, "keyword": 10, "negative": 10},
+        max_segments=10,
+        phrases_define_keyword=False,
+    ),
+    "blind3": PartSpec(
         {"paraphrase": 0, "keyword": 10, "negative": 10},
         max_segments=10,
         phrases_define_keyword=False,
