@@ -3,6 +3,8 @@ and the word classes that catalogue terms refer to as @name."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["DEFAULT_CLASSES", "KeywordSettings"]
@@ -185,6 +187,11 @@ def _cue_lists(en: list[str], zh: list[str]) -> dict[str, list[str]]:
     return {"en": list(en), "zh": list(zh)}
 
 
+def _cue_field(en: list[str], zh: list[str], title: str, description: str) -> Any:
+    """A cue list setting: per-language lists, these defaults, a title and a description."""
+    return Field(default_factory=lambda: _cue_lists(en, zh), title=title, description=description)
+
+
 class KeywordSettings(BaseModel):
     """How strictly keywords match."""
 
@@ -233,15 +240,17 @@ class KeywordSettings(BaseModel):
         title="Negation window",
         description="Units (words, or CJK characters) before a match searched for negation cues.",
     )
-    negation_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_NEGATIONS, _ZH_NEGATIONS),
-        title="Negation cues",
-        description="Words (en) or character strings (zh) that cancel a following match.",
+    negation_cues: dict[str, list[str]] = _cue_field(
+        _EN_NEGATIONS,
+        _ZH_NEGATIONS,
+        "Negation cues",
+        "Words (en) or character strings (zh) that cancel a following match.",
     )
-    cleared_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_CLEARED, _ZH_CLEARED),
-        title="Cleared cues",
-        description="Words right after a match (after is/was/已...) saying the fault is over.",
+    cleared_cues: dict[str, list[str]] = _cue_field(
+        _EN_CLEARED,
+        _ZH_CLEARED,
+        "Cleared cues",
+        "Words right after a match (after is/was/已...) saying the fault is over.",
     )
     unreal_window: int = Field(
         8,
@@ -259,62 +268,72 @@ class KeywordSettings(BaseModel):
         description="CJK characters before a match searched for condition, question and "
         "reference cues (如果控制屏上显示模具温度过高: 如果 is 9 characters before).",
     )
-    unreal_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_UNREAL, _ZH_UNREAL),
-        title="Condition and question cues",
-        description="Before a match in its clause: it is a condition, a question or a "
+    unreal_cues: dict[str, list[str]] = _cue_field(
+        _EN_UNREAL,
+        _ZH_UNREAL,
+        "Condition and question cues",
+        "Before a match in its clause: it is a condition, a question or a "
         "procedure, not a report (if, has anyone, look for, 如果, 是不是).",
     )
-    reference_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_REFERENCE, _ZH_REFERENCE),
-        title="Reference cues",
-        description="Before a match in its clause (condition window): it is printed or shown, "
+    reference_cues: dict[str, list[str]] = _cue_field(
+        _EN_REFERENCE,
+        _ZH_REFERENCE,
+        "Reference cues",
+        "Before a match in its clause (condition window): it is printed or shown, "
         "not happening (a poster, a label, 说明书, 写着).",
     )
-    past_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_PAST, _ZH_PAST),
-        title="Earlier-day cues",
-        description="In a match's clause: a fault of an earlier day (last week, on tuesday, "
+    past_cues: dict[str, list[str]] = _cue_field(
+        _EN_PAST,
+        _ZH_PAST,
+        "Earlier-day cues",
+        "In a match's clause: a fault of an earlier day (last week, on tuesday, "
         "上周), unless the clause says it is back or ongoing (again, still, since, 又, 还).",
     )
-    media_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_MEDIA, _ZH_MEDIA),
-        title="Broadcast cues",
-        description="In a match's clause: a radio, a song, a forecast (the dj says, 天气预报).",
+    media_cues: dict[str, list[str]] = _cue_field(
+        _EN_MEDIA,
+        _ZH_MEDIA,
+        "Broadcast cues",
+        "In a match's clause: a radio, a song, a forecast (the dj says, 天气预报).",
     )
-    topic_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_TOPIC, _ZH_TOPIC),
-        title="Topic cues",
-        description="Right before a match (negation window): the fault is a topic, not an "
+    topic_cues: dict[str, list[str]] = _cue_field(
+        _EN_TOPIC,
+        _ZH_TOPIC,
+        "Topic cues",
+        "Right before a match (negation window): the fault is a topic, not an "
         "event (a video about bearing noise, 讲轴承异响).",
     )
-    drill_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_DRILL, _ZH_DRILL),
-        title="Drill cues",
-        description="Anywhere in a match's clause: a drill, test or training (急停演练).",
+    drill_cues: dict[str, list[str]] = _cue_field(
+        _EN_DRILL,
+        _ZH_DRILL,
+        "Drill cues",
+        "Anywhere in a match's clause: a drill, test or training (急停演练).",
     )
-    announce_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_ANNOUNCE, _ZH_ANNOUNCE),
-        title="Drill announcement cues",
-        description="Anywhere earlier in the segment: it announces a drill, so a match after "
+    announce_cues: dict[str, list[str]] = _cue_field(
+        _EN_ANNOUNCE,
+        _ZH_ANNOUNCE,
+        "Drill announcement cues",
+        "Anywhere earlier in the segment: it announces a drill, so a match after "
         "it is part of the drill unless its clause says it is real (real_cues).",
     )
-    real_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_REAL, _ZH_REAL),
-        title="Real-event cues",
-        description="In a match's clause: it really happens, whatever drill was announced "
+    real_cues: dict[str, list[str]] = _cue_field(
+        _EN_REAL,
+        _ZH_REAL,
+        "Real-event cues",
+        "In a match's clause: it really happens, whatever drill was announced "
         "before it (not a drill, for real, 真的).",
     )
-    repaired_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_REPAIRED, _ZH_REPAIRED),
-        title="Repaired cues",
-        description="Later in the same segment: the fault was repaired (replaced it, 已经"
+    repaired_cues: dict[str, list[str]] = _cue_field(
+        _EN_REPAIRED,
+        _ZH_REPAIRED,
+        "Repaired cues",
+        "Later in the same segment: the fault was repaired (replaced it, 已经"
         "消除了); not after a negation (还没排除, haven't fixed it) or before 'again' (又).",
     )
-    device_cues: dict[str, list[str]] = Field(
-        default_factory=lambda: _cue_lists(_EN_DEVICE, _ZH_DEVICE),
-        title="Device cues",
-        description="Right after a match: it names a part or a document, not an event "
+    device_cues: dict[str, list[str]] = _cue_field(
+        _EN_DEVICE,
+        _ZH_DEVICE,
+        "Device cues",
+        "Right after a match: it names a part or a document, not an event "
         "(emergency stop button, 急停按钮).",
     )
 
