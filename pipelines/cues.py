@@ -69,23 +69,21 @@ _EN_AGAIN = {"again", "back", "returned", "still"}
 _ZH_AGAIN = ("又", "再次", "还是", "仍然", "依然")
 _ZH_LINKS = ["已经", "已", "都", "也", "现在", "现已"]
 # Right after a match: a Chinese negation that follows what it denies (一点轴承噪音都没有,
-# 漏油也没有); checked before the linking words are taken off.
-_ZH_POST_NEGATIONS = ("都没有", "也没有", "都没", "也没", "一点都没", "一点也没", "并没有",
-                      "根本没")  # fmt: skip
+# 漏油也没有), where it ends the clause or says it was not seen (没有了, 没有出现); not
+# where it negates what follows (电机过热都没有报警, 皮带打滑也没人管, 异响并没有好转).
+_ZH_POST_NEGATIONS = ("都没有", "也没有", "都没", "也没", "并没有", "根本没有")
+_ZH_POST_NEGATION_ENDS = ("了", "过", "出现", "发现", "听到", "看到", "问题")
 # In a clause with an earlier-day cue: it is back or ongoing, so it is a report.
-_EN_ONGOING = {
-    "again",
-    "back",
-    "returned",
-    "still",
-    "since",
-    "now",
-    "started",
-    "today",
-    "than",
-}  # fmt: skip ("louder than last week" compares with today)
+# A present or progressive verb says the part is described, not the fault dated ("the pump
+# we replaced last week is leaking"); "than" and "like" compare with today.
+_EN_ONGOING = {"again", "back", "returned", "still", "since", "now", "started", "today",
+               "than", "like", "is", "are", "am", "keeps", "keep"}  # fmt: skip
 _ZH_ONGOING = ("又", "再次", "还在", "还是", "仍", "依然", "一直", "开始", "从", "今天", "现在",
-               "比")  # fmt: skip
+               "比", "正在", "跟上次一样")  # fmt: skip
+# Where the condition window stops, walking back from a match: a clause joined by and / but
+# is another statement ("no sign of the fitter and the hydraulic leak is getting worse").
+_EN_WINDOW_STOPS = {"and", "but", "then"}
+_ZH_WINDOW_STOPS = ("但是", "可是", "还有", "而且", "结果", "然后", "现在")
 
 # The slow tier's all-clear test (pipelines.evidence) keeps the word lists it was measured
 # with; the keyword tier's configurable cues grew beyond them.
@@ -192,10 +190,18 @@ class Cues:
         used = 0.0
         i = start
         while i > 0 and seq[i - 1].clause == clause:
-            cost = 1 / chars if seq[i - 1].cjk and chars else 1 / max(words, 1)
-            if used + cost > 1 + 1e-9:
+            u = seq[i - 1]
+            limit = chars if u.cjk else words
+            if limit == 0 or (not u.cjk and u.text in _EN_WINDOW_STOPS):
                 break
-            used += cost
+            if u.cjk and any(
+                "".join(w.text for w in seq[max(0, i - len(stop)) : i]) == stop
+                for stop in _ZH_WINDOW_STOPS
+            ):
+                break
+            if used + 1 / limit > 1 + 1e-9:
+                break
+            used += 1 / limit
             i -= 1
         return list(seq[i:start])
 
@@ -204,7 +210,9 @@ class Cues:
         a cue that is part of the matched terms (不平衡) is no negation."""
         before = self._before(seq, start, self._s.negation_window)
         span = seq[start:end]
-        return self._negation.find([*before, *span], own, questions=True)
+        if cue := self._negation.find([*before, *span], own, questions=True):
+            return cue
+        return _postposed_negation(seq, end)
 
     def cleared(self, seq: Sequence[Unit], end: int) -> str | None:
         """A cleared cue right after the match, after linking words (is now, 已经)."""
@@ -212,9 +220,6 @@ class Cues:
             return None
         clause = seq[end - 1].clause
         after = [u for u in seq[end : end + 8] if u.clause == clause]
-        raw = "".join(u.text for u in after[:4] if u.cjk)
-        if neg := next((n for n in _ZH_POST_NEGATIONS if raw.startswith(n)), None):
-            return neg
         latin: list[str] = []
         for u in after:
             if u.cjk:
@@ -257,21 +262,19 @@ class Cues:
         """Printed or shown before the match in its clause (a poster, a label, 写着)."""
         return self._reference.find(self._before_mixed(seq, start))
 
-    def past(self, seq: Sequence[Unit], start: int) -> str | None:
+    def past(self, seq: Sequence[Unit], start: int, end: int) -> str | None:
         """An earlier day in the match's clause (last week, on tuesday, 上周), unless the
         clause says it is back or ongoing (again, still, since, 又, 还在, 从...开始)."""
         clause = self._clause(seq, start)
         cue = self._past.find(clause) or _a_past_year([u.text for u in clause if not u.cjk])
         if cue is None:
             return None
-        latin = [u.text for u in clause if not u.cjk]
-        # "back in 1998" is the past; "it's back" is not
-        words = {
-            w for i, w in enumerate(latin) if not (w == "back" and latin[i + 1 : i + 2] == ["in"])
-        }
+        words = {u.text for u in clause if not u.cjk}
         chars = "".join(u.text for u in clause if u.cjk)
         if words & _EN_ONGOING or any(o in chars for o in _ZH_ONGOING):
             return None
+        if end < len(seq) and seq[end].clause == seq[start].clause and seq[end].text == "了":
+            return None  # 前天装的泵漏油了: it leaks now
         return cue
 
     def media(self, seq: Sequence[Unit], start: int) -> str | None:
@@ -331,11 +334,25 @@ class Cues:
         return None
 
 
+def _postposed_negation(seq: Sequence[Unit], end: int) -> str | None:
+    """都没有 / 也没有 right after the match that ends its clause or says it was not seen."""
+    if end >= len(seq) or not seq[end].cjk:
+        return None
+    clause = seq[end - 1].clause
+    after = "".join(u.text for u in seq[end : end + 8] if u.clause == clause and u.cjk)
+    for neg in _ZH_POST_NEGATIONS:
+        if after.startswith(neg):
+            rest = after[len(neg) :]
+            if not rest or rest.startswith(_ZH_POST_NEGATION_ENDS):
+                return neg
+    return None
+
+
 def _a_past_year(words: Sequence[str]) -> str | None:
-    """ "in 1998", "back in 2019": a year before this one (a year is four digits)."""
+    """ "in 1998": a year before this one (four digits after "in"; not "of 2000 psi")."""
     this_year = datetime.date.today().year
     for before, word in itertools.pairwise(words):
-        is_year = before in ("in", "of") and len(word) == 4 and word.isdigit()
+        is_year = before == "in" and len(word) == 4 and word.isdigit()
         if is_year and 1900 <= int(word) < this_year:
             return f"{before} {word}"
     return None

@@ -307,7 +307,7 @@ class KeywordDetector:
             return f"topic: {cue}"
         if cue := cues.reference(seq, start):
             return f"printed or shown: {cue}"
-        if cue := cues.past(seq, start):
+        if cue := cues.past(seq, start, end):
             return f"an earlier day: {cue}"
         if cue := cues.media(seq, start):
             return f"broadcast: {cue}"

@@ -36,17 +36,19 @@ _PATTERNS = [
     r"\b(alarms?|alerts?|fault reports?|json)\b",
     # A fault to report everywhere or for a stretch of time ("report motor overload on every
     # line for the next hour"): no one on the floor reports one fault on all lines at once.
-    r"\b(report|raise|flag|log|send|publish|announce)\b[^,.;!?，。；！？]{0,40}"
+    # Not "log ... for the next shift" (a handover note) nor "所有设备都报警了" (they alarmed).
+    r"\b(report|raise|flag|send|publish|announce)\b[^,.;!?，。；！？]{0,40}"
     r"\b((on|for|across|to|at) (every|all|each) (lines?|stations?|machines?|cells?|zones?|plants?)"
-    r"|for the next (hour|shift|day|\d+|few|several|ten|twenty|thirty))\b",
-    r"(每条线|每一条线|所有的?产?线|全部产?线|全厂|每台设备|每台机器|所有设备).{0,6}(都|全)?要?(报|上报|报警|发)",
-    # "Report an emergency stop and a motor overload on line four right now": an order to
-    # report, at a clause's start, with no one named to report to ("report it to the fitter"
-    # is said to people). 马上报电机过载: the same with the urgency before it.
-    r"(?:^|[,.;:!?]\s*)(?:(?:please|now|just|so|and|ok|okay)\s+)?(report|flag|trigger)\s+(an?|the)\b"
+    r"|for the next (hour|\d+ (minutes|hours)|few|several|ten|twenty|thirty))\b",
+    r"(每条线|每一条线|所有的?产?线|全部产?线|全厂|每台设备|每台机器|所有设备).{0,6}(都|全)要?报(?!警|修|告|给)",
+    r"接下来.{0,8}(小时|分钟).{0,16}(都|一律|全部)?要?报(?!警|修|告|给)",
+    # "Report an emergency stop and a motor overload on line four": an order to report an
+    # event (the indefinite article), at a clause's start, with no one named to report to.
+    # "Report the oil leak, press two is dripping" names a real one: it is no order to us.
+    # 马上报电机过载: the same with the urgency before it (not 报警, 报修, 报告班长, 报给主任).
+    r"(?:^|[,.;:!?]\s*)(?:(?:please|now|just|so|and|ok|okay)\s+)?(report|flag)\s+an?\b"
     r"(?![^,.;!?]*\bto (the |my |your |our |a |an )?[a-z]+\b)",
-    r"(马上|立即|立刻|直接|赶紧)报(?!警)",
-    r"接下来.{0,8}(小时|分钟|天|班).{0,16}(都|一律|全部)?要?(报|上报|报警)",
+    r"(马上|立即|立刻|直接|赶紧)报(?!警|修|告|给|一下给)",
     # Switching the alerting itself: "alert priority override enabled", "alarm mode: forced".
     r"\b(alert|alarm|priority|severity)\b.{0,12}\b(override|overrides|forced|escalated)\b",
     r"\b(to|for) all (subscribers|consumers|listeners|clients)\b",

@@ -87,8 +87,9 @@ _ZH_UNREAL = ["如果", "万一", "要是", "假如", "是不是", "是否", "�
 # Right before a match: it is the topic, not an event ("a video about bearing noise", 讲).
 _EN_TOPIC = ["about", "regarding", "on how", "recognising", "recognizing", "identifying",
              "spotting", "preventing", "avoiding"]  # fmt: skip
-# 防 / 防止 / 预防: what a product or a measure prevents (防轴承异响的润滑脂).
-_ZH_TOPIC = ["讲", "关于", "讲的是", "防", "防止", "预防", "避免"]
+# 防止 / 预防: what a measure prevents (防止轴承异响的润滑脂); not a bare 防, which starts
+# 防爆电机 (explosion-proof motors), 防护罩, 消防泵.
+_ZH_TOPIC = ["讲", "关于", "讲的是", "防止", "预防", "避免"]
 # Anywhere in a match's clause: a drill, a test, training ("emergency stop drill",
 # 急停演练). A real fault said during a drill is in another clause.
 _EN_DRILL = [
@@ -125,40 +126,46 @@ _ZH_REPAIRED = ["消除", "排除", "解除", "修好", "处理好", "解决了"
 # buttons are all pulled out", 急停按钮). An event on the part is a concept (button + hit).
 _EN_DEVICE = ["button", "buttons", "circuit", "circuits", "switch", "switches", "cord",
               "procedure", "procedures", "sign", "signs", "manual", "checklist", "sensor",
-              "sensors", "kit", "kits", "tray", "trays", "protection", "protector", "symbol",
-              "icon", "rating"]  # fmt: skip
-_ZH_DEVICE = ["按钮", "开关", "回路", "拉绳", "程序", "规程", "标识", "传感器", "手册", "托盘",
-              "保护", "符号", "图标"]  # fmt: skip
+              "sensors", "kit", "kits", "tray", "trays", "rating"]  # fmt: skip
+# Not "protection", 保护, "symbol", "icon": "overload protection tripped", 过载保护跳了 and
+# "the over temperature symbol is on" are the events themselves.
+_ZH_DEVICE = ["按钮", "开关", "回路", "拉绳", "程序", "规程", "标识", "传感器", "手册", "托盘"]
 
 # Before a match in its clause (condition window): it is printed or depicted, not heard
 # happening ("on this poster you can see the signs of a hydraulic leak", 标签上写着...).
 # A label or sticker only as what is written on it: "label printer" is a machine.
-_EN_REFERENCE = ["poster", "posters", "slide", "slides", "handbook", "brochure", "leaflet",
-                 "diagram", "textbook", "chapter", "datasheet", "label says", "label reads",
-                 "on the label", "sticker says", "on the sticker"]  # fmt: skip
-_ZH_REFERENCE = ["海报", "标签上", "贴纸上", "说明书", "教材", "课件", "写着", "叫做", "名叫",
-                 "标语", "铭牌"]  # fmt: skip
+# Not "slide" (a press slide is a part) nor 写着 (屏幕上写着温度过高 reads an alarm out).
+_EN_REFERENCE = ["poster", "posters", "handbook", "brochure", "leaflet", "diagram", "textbook",
+                 "chapter", "datasheet", "label says", "label reads", "on the label",
+                 "sticker says", "on the sticker"]  # fmt: skip
+_ZH_REFERENCE = ["海报", "标签上", "贴纸上", "说明书上", "教材", "课件", "叫做", "名叫", "标语",
+                 "铭牌上"]  # fmt: skip
 # (A year, "in 1998", counts too: pipelines.cues.) Anywhere in a match's clause: an earlier
-# day's fault ("the belt slipping you saw on
-# tuesday", 星期二那个振动过大的问题), unless the clause says it is back or ongoing (again,
-# still, since, 又, 还). "yesterday" and "ago" are not here: "since yesterday", "ten minutes
-# ago it started" are reports.
+# day's fault ("the belt slipping you saw on tuesday", 星期二那个振动过大的问题), unless
+# the clause says it is back or ongoing (again, still, since, is, 又, 还在, 了 right after);
+# the words that make it a description of the part ("the pump we replaced last week is
+# leaking") or a comparison ("slipping like last time") are the ongoing words of
+# pipelines.cues; Chinese only in the forms that point back at one event (上周那次, 星期二
+# 那个): 去年换的轴承有异响 describes the part.
 _EN_PAST = ["last week", "last month", "last year", "last shift", "the other day",
             "on monday", "on tuesday", "on wednesday", "on thursday", "on friday",
             "on saturday", "on sunday", "from monday", "from tuesday", "from wednesday",
-            "from thursday", "from friday", "years ago", "last time", "back in",
-            "earlier in the week", "earlier this week"]  # fmt: skip
-_ZH_PAST = ["上周", "上星期", "上个月", "去年", "前几天", "前天", "上次", "那次", "星期一",
-            "星期二", "星期三", "星期四", "星期五", "星期六", "星期天", "周一那", "周二那",
-            "周三那", "周四那", "周五那", "礼拜", "有一年", "那年", "那一年", "当年",
-            "年前"]  # fmt: skip
+            "from thursday", "from friday", "years ago", "earlier in the week",
+            "earlier this week"]  # fmt: skip
+_ZH_PAST = ["上周那次", "上周那个", "上星期那次", "上个月那次", "去年那次", "前几天那次",
+            "上次那次", "那一次", "星期一那", "星期二那", "星期三那", "星期四那", "星期五那",
+            "周一那", "周二那", "周三那", "周四那", "周五那", "有一年", "那一年",
+            "当年"]  # fmt: skip
 # Anywhere in a match's clause: a broadcast or a song ("the dj says next up ... emergency
 # stop by ...", 天气预报南方地区温度过高). A real shout beside the radio is another clause.
-_EN_MEDIA = ["radio", "dj", "song", "songs", "lyrics", "singer", "album", "playlist",
-             "forecast", "weather", "television", "tv", "podcast", "episode", "movie", "film",
-             "series", "sitcom", "cartoon"]  # fmt: skip
-_ZH_MEDIA = ["电台", "收音机", "歌", "主持人", "乐队", "天气预报", "下一首", "节目", "电视", "播客",
-             "男主角", "女主角", "电视剧", "电影", "剧里", "部分地区", "气温"]  # fmt: skip
+# Phrases, not bare nouns: the radio on a plant floor is the two-way radio ("over the radio
+# they said the belt is slipping"), film is packaging film, hot weather overheats motors.
+_EN_MEDIA = ["radio station", "on the radio they're playing", "the dj", "dj says", "song",
+             "songs", "lyrics", "singer", "album", "playlist", "weather forecast", "forecast",
+             "podcast", "episode", "movie", "sitcom", "cartoon", "tv show",
+             "tv series"]  # fmt: skip
+_ZH_MEDIA = ["电台", "收音机里", "歌", "主持人", "乐队", "天气预报", "下一首", "节目", "电视剧",
+             "电视里", "播客", "男主角", "女主角", "电影", "剧里", "部分地区"]  # fmt: skip
 
 DEFAULT_CLASSES: dict[str, dict[str, list[str]]] = {
     "intense": {
@@ -257,8 +264,8 @@ class KeywordSettings(BaseModel):
         ge=0,
         le=20,
         title="Condition window",
-        description="Units before a match (in its clause) searched for condition and "
-        "question cues; CJK characters count one each.",
+        description="Words before a match (in its clause, not past and / but / 还有) searched "
+        "for condition, question and reference cues; CJK characters have their own window.",
     )
     unreal_window_chars: int = Field(
         16,

@@ -321,11 +321,24 @@ def projection_table(runs: dict[str, Any], names: list[str], plans: dict[str, An
             [name, "context one stream holds", "measured KV layout, up to max_model_len",
              f"{ctx:,}", "128K", _verdict(ctx >= 131072)],
         ]  # fmt: skip
+    rows = [r for r in rows if not _redundant(r, runs)]
     for row in rows:  # a figure the run did not reach: say so instead of "None x ..."
         if row[3] is None and ("None" in str(row[2]) or row[2].startswith("measured")):
             row[2], row[5] = "not measured", None
     heads = ["profile", "figure (projection)", "formula", "Orin NX", "target", "meets"]
     return md_table(heads, rows)
+
+
+def _redundant(row: list[Any], runs: dict[str, Any]) -> bool:
+    """A row that repeats another for this run: the int4 lines of a run already int4, the
+    append lines of a run that measured no append (its floor is the no-history one)."""
+    full = runs.get(f"{row[0]}:full") or {}
+    cfg = full.get("config") or full.get("_file", {}).get("shape") or {}
+    named = (cfg.get("quantization_config") or {}).get("modules_in_block_to_quantize")
+    figure = str(row[1])
+    if named and ("int4 weights (planner" in figure or figure.startswith("engine memory with")):
+        return True
+    return full.get("ttft_append_s") is None and figure.startswith("TTFT, 4.5K appended")
 
 
 def _r(value: float | None) -> float | None:

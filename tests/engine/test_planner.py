@@ -222,14 +222,24 @@ def test_hybrid_4b_layout_is_the_one_vllm_built_on_the_h200(model_dir: ModelDirF
         rel=0.10,
     )
     # the KV holds 128K; what does not fit on the 16 GB module is the bf16 weights
-    assert plan.verdict.startswith("does not fit: the engine needs 14.9 GB (weights 8.1 GB")
+    assert plan.verdict.startswith("does not fit: the engine needs 15.3 GB (weights 8.1 GB")
+
+
+def _runtime(run: dict[str, Any]) -> int:
+    """vLLM's processes (RSS) + their GPU memory beyond torch's, after load."""
+    proc, worker = run["after_load"]["proc"], run["after_load"]["worker"]
+    return int(proc["host_rss_total"] + proc["gpu_ours"] - worker["reserved"])
 
 
 @pytest.mark.parametrize(
-    ("results", "name"), [("c2-results.json", "orin-nx-8gb"), ("c3-results.json", "orin-nx-16gb")]
+    ("results", "name", "cold"),
+    [
+        ("c2-results.json", "orin-nx-8gb", MEASURED_INT4 / "c1-results.json"),
+        ("c3-results.json", "orin-nx-16gb", MEASURED / "a-results.json"),
+    ],
 )
 def test_dummy_load_of_a_config_naming_its_gptq_layers_plans_what_vllm_loaded(
-    model_dir: ModelDirFactory, results: str, name: str
+    model_dir: ModelDirFactory, results: str, name: str, cold: Path
 ) -> None:
     """The second issue-20 lease: the config names `modules_in_block_to_quantize`, and vLLM's
     dummy load made the projections int4 (3.13 GB instead of the 8.08 GB without the list)."""
@@ -246,10 +256,11 @@ def test_dummy_load_of_a_config_naming_its_gptq_layers_plans_what_vllm_loaded(
     assert plan.layout.blocks(plan.kv_budget_bytes) == kv["num_blocks"]
     assert plan.kv_capacity_tokens == kv["one_seq_tokens"]
     assert plan.fixed_bytes_per_seq == kv["state_bytes_per_seq"]
-    # the profile's runtime is the one measured: vLLM's processes (RSS) + GPU beyond torch's
-    proc, worker = run["after_load"]["proc"], run["after_load"]["worker"]
-    runtime = proc["host_rss_total"] + proc["gpu_ours"] - worker["reserved"]
-    assert plan.runtime_bytes == pytest.approx(runtime, rel=0.02)
+    # the profile's runtime is the one measured at a machine's first start (the engine core
+    # JIT-compiles its kernels: 0.4-0.8 GB more than a restart with warm caches)
+    first = json.loads(cold.read_text())["runs"][f"{name}:full"]
+    assert plan.runtime_bytes == pytest.approx(_runtime(first), rel=0.02)
+    assert plan.runtime_bytes > _runtime(run)
     # with int4 weights the 16 GB module holds the engine; the 8 GB module does not
     assert plan.fits == (name == "orin-nx-16gb"), plan.verdict
 
