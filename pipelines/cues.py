@@ -258,6 +258,19 @@ class Cues:
     def topic(self, seq: Sequence[Unit], start: int) -> str | None:
         return self._topic.find(self._before(seq, start, self._s.negation_window))
 
+    @staticmethod
+    def _statement(seq: Sequence[Unit], start: int, end: int) -> list[Unit]:
+        """The match's statement: its clause cut at and / but / then / 但是 / 还有 / 现在 and,
+        between CJK characters, at a space (an ASR pause): "the dj is loud and the belt is
+        slipping" holds two, 收音机里在放歌 皮带打滑了 too."""
+        clause = seq[start].clause
+        i, j = start, end
+        while i > 0 and seq[i - 1].clause == clause and not _boundary(seq, i):
+            i -= 1
+        while j < len(seq) and seq[j].clause == clause and not _boundary(seq, j):
+            j += 1
+        return list(seq[i:j])
+
     def reference(self, seq: Sequence[Unit], start: int) -> str | None:
         """Printed or shown before the match in its clause (a poster, a label, 写着)."""
         return self._reference.find(self._before_mixed(seq, start))
@@ -265,7 +278,7 @@ class Cues:
     def past(self, seq: Sequence[Unit], start: int, end: int) -> str | None:
         """An earlier day in the match's clause (last week, on tuesday, 上周), unless the
         clause says it is back or ongoing (again, still, since, 又, 还在, 从...开始)."""
-        clause = self._clause(seq, start)
+        clause = self._statement(seq, start, end)
         cue = self._past.find(clause) or _a_past_year([u.text for u in clause if not u.cjk])
         if cue is None:
             return None
@@ -277,9 +290,9 @@ class Cues:
             return None  # 前天装的泵漏油了: it leaks now
         return cue
 
-    def media(self, seq: Sequence[Unit], start: int) -> str | None:
-        """A broadcast or a song in the match's clause (the dj says, 天气预报)."""
-        return self._media.find(self._clause(seq, start))
+    def media(self, seq: Sequence[Unit], start: int, end: int) -> str | None:
+        """A broadcast or a song in the match's statement (the dj says, 天气预报)."""
+        return self._media.find(self._statement(seq, start, end))
 
     def device(self, seq: Sequence[Unit], end: int) -> str | None:
         """The word right after the match (its clause) names a part: "emergency stop
@@ -332,6 +345,17 @@ class Cues:
             if not negated and not any(a in chars[at + len(said) :] for a in _ZH_AGAIN):
                 return said
         return None
+
+
+def _boundary(seq: Sequence[Unit], k: int) -> bool:
+    """Whether a statement starts at seq[k] (see Cues._statement)."""
+    u, before = seq[k], seq[k - 1]
+    if not u.cjk:
+        return u.text in _EN_WINDOW_STOPS
+    if before.cjk and u.start > before.end:
+        return True  # a space between two CJK characters
+    ahead = "".join(w.text for w in seq[k : k + 2] if w.cjk)
+    return any(ahead.startswith(stop) for stop in _ZH_WINDOW_STOPS)
 
 
 def _postposed_negation(seq: Sequence[Unit], end: int) -> str | None:

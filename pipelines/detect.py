@@ -309,7 +309,7 @@ class KeywordDetector:
             return f"printed or shown: {cue}"
         if cue := cues.past(seq, start, end):
             return f"an earlier day: {cue}"
-        if cue := cues.media(seq, start):
+        if cue := cues.media(seq, start, end):
             return f"broadcast: {cue}"
         if cue := cues.device(seq, end):
             return f"names a part: {cue}"

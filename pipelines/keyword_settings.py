@@ -287,20 +287,21 @@ class KeywordSettings(BaseModel):
         _ZH_REFERENCE,
         "Reference cues",
         "Before a match in its clause (condition window): it is printed or shown, "
-        "not happening (a poster, a label, 说明书, 写着).",
+        "not happening (a poster, on the label, 说明书上).",
     )
     past_cues: dict[str, list[str]] = _cue_field(
         _EN_PAST,
         _ZH_PAST,
         "Earlier-day cues",
-        "In a match's clause: a fault of an earlier day (last week, on tuesday, "
-        "上周), unless the clause says it is back or ongoing (again, still, since, 又, 还).",
+        "In a match's statement (its clause cut at and / but / 但是): a fault of an earlier "
+        "day (last week, on tuesday, 上周那次), unless it says it is back, ongoing or present "
+        "(again, still, since, is, 又, 还在).",
     )
     media_cues: dict[str, list[str]] = _cue_field(
         _EN_MEDIA,
         _ZH_MEDIA,
         "Broadcast cues",
-        "In a match's clause: a radio, a song, a forecast (the dj says, 天气预报).",
+        "In a match's statement: a song, a show, a forecast (the dj says, 天气预报).",
     )
     topic_cues: dict[str, list[str]] = _cue_field(
         _EN_TOPIC,

@@ -360,3 +360,20 @@ def test_real_reports_near_the_new_cue_classes_still_alert(
     detector: KeywordDetector, text: str
 ) -> None:
     assert codes(detector, text) != [], why(detector, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the dj is loud and the belt is slipping",
+        "turn off that song and stop the line the belt is slipping",
+        "收音机里在放歌 皮带打滑了",
+        "we had the leak fixed last week and now the belt is slipping",
+    ],
+)
+def test_a_broadcast_or_an_earlier_day_in_another_statement_still_alerts(
+    detector: KeywordDetector, text: str
+) -> None:
+    """A clause joined by and / but, or a pause between Chinese characters, is another
+    statement: the radio or the date there does not silence this one."""
+    assert codes(detector, text) != [], why(detector, text)
