@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from pipelines.keyword_settings import KeywordSettings
@@ -72,14 +73,20 @@ _ZH_LINKS = ["已经", "已", "都", "也", "现在", "现已"]
 # 漏油也没有), where it ends the clause or says it was not seen (没有了, 没有出现); not
 # where it negates what follows (电机过热都没有报警, 皮带打滑也没人管, 异响并没有好转).
 _ZH_POST_NEGATIONS = ("都没有", "也没有", "都没", "也没", "并没有", "根本没有")
-_ZH_POST_NEGATION_ENDS = ("了", "过", "出现", "发现", "听到", "看到", "问题")
+# What may follow it, to the clause's end: nothing, or "was seen / happened" (没有出现过了).
+_ZH_POST_NEGATION_REST = re.compile(r"(出现|发现|听到|看到)?过?了?(问题)?")
 # In a clause with an earlier-day cue: it is back or ongoing, so it is a report.
 # A present or progressive verb says the part is described, not the fault dated ("the pump
 # we replaced last week is leaking"); "than" and "like" compare with today.
+# A present, perfect or recent verb, or the verb of a clause that describes the part, says the
+# fault is now ("the pump we replaced last week is leaking", "the motor we rebuilt last month
+# overheated this morning"); "than" and "like" compare with today.
 _EN_ONGOING = {"again", "back", "returned", "still", "since", "now", "started", "today",
-               "than", "like", "is", "are", "am", "keeps", "keep"}  # fmt: skip
+               "than", "like", "is", "are", "am", "keeps", "keep", "has", "have", "just",
+               "ago", "tonight", "morning", "replaced", "fitted", "rebuilt", "serviced",
+               "installed", "swapped", "new"}  # fmt: skip
 _ZH_ONGOING = ("又", "再次", "还在", "还是", "仍", "依然", "一直", "开始", "从", "今天", "现在",
-               "比", "正在", "跟上次一样")  # fmt: skip
+               "比", "正在", "在", "跟上次一样", "得很", "又")  # fmt: skip
 # Where the condition window stops, walking back from a match: a clause joined by and / but
 # is another statement ("no sign of the fitter and the hydraulic leak is getting worse").
 _EN_WINDOW_STOPS = {"and", "but", "then"}
@@ -181,7 +188,7 @@ class Cues:
         clause = seq[start].clause
         return [u for u in seq[max(0, start - window) : start] if u.clause == clause]
 
-    def _before_mixed(self, seq: Sequence[Unit], start: int) -> list[Unit]:
+    def _before_mixed(self, seq: Sequence[Unit], start: int, floor: int = 0) -> list[Unit]:
         """The units before `start` in its clause within the condition window: up to
         `unreal_window` words and `unreal_window_chars` CJK characters, whichever comes
         first (a CJK character says less than a word)."""
@@ -189,15 +196,10 @@ class Cues:
         words, chars = self._s.unreal_window, self._s.unreal_window_chars
         used = 0.0
         i = start
-        while i > 0 and seq[i - 1].clause == clause:
+        while i > floor and seq[i - 1].clause == clause:
             u = seq[i - 1]
             limit = chars if u.cjk else words
-            if limit == 0 or (not u.cjk and u.text in _EN_WINDOW_STOPS):
-                break
-            if u.cjk and any(
-                "".join(w.text for w in seq[max(0, i - len(stop)) : i]) == stop
-                for stop in _ZH_WINDOW_STOPS
-            ):
+            if limit == 0 or (not u.cjk and u.text in _EN_WINDOW_STOPS) or _boundary(seq, i):
                 break
             if used + 1 / limit > 1 + 1e-9:
                 break
@@ -259,29 +261,31 @@ class Cues:
         return self._topic.find(self._before(seq, start, self._s.negation_window))
 
     @staticmethod
-    def _statement(seq: Sequence[Unit], start: int, end: int) -> list[Unit]:
+    def _statement(seq: Sequence[Unit], start: int, end: int, floor: int = 0) -> list[Unit]:
         """The match's statement: its clause cut at and / but / then / 但是 / 还有 / 现在 and,
         between CJK characters, at a space (an ASR pause): "the dj is loud and the belt is
-        slipping" holds two, 收音机里在放歌 皮带打滑了 too."""
+        slipping" holds two, 收音机里在放歌 皮带打滑了 too. Nothing before `floor` (where the
+        segment starts after the previous one's last words: they end no sentence in English)."""
         clause = seq[start].clause
         i, j = start, end
-        while i > 0 and seq[i - 1].clause == clause and not _boundary(seq, i):
+        while i > floor and seq[i - 1].clause == clause and not _boundary(seq, i):
             i -= 1
         while j < len(seq) and seq[j].clause == clause and not _boundary(seq, j):
             j += 1
         return list(seq[i:j])
 
-    def reference(self, seq: Sequence[Unit], start: int) -> str | None:
-        """Printed or shown before the match in its clause (a poster, a label, 写着)."""
-        return self._reference.find(self._before_mixed(seq, start))
+    def reference(self, seq: Sequence[Unit], start: int, floor: int = 0) -> str | None:
+        """Printed or shown before the match in its statement (a poster, 海报上)."""
+        return self._reference.find(self._before_mixed(seq, start, floor))
 
-    def past(self, seq: Sequence[Unit], start: int, end: int) -> str | None:
+    def past(self, seq: Sequence[Unit], start: int, end: int, floor: int = 0) -> str | None:
         """An earlier day in the match's clause (last week, on tuesday, 上周), unless the
         clause says it is back or ongoing (again, still, since, 又, 还在, 从...开始)."""
-        clause = self._statement(seq, start, end)
-        cue = self._past.find(clause) or _a_past_year([u.text for u in clause if not u.cjk])
+        said = self._statement(seq, start, end, floor)
+        cue = self._past.find(said) or _a_past_year([u.text for u in said if not u.cjk])
         if cue is None:
             return None
+        clause = self._clause(seq, start)  # "..., and now it's back": the whole clause
         words = {u.text for u in clause if not u.cjk}
         chars = "".join(u.text for u in clause if u.cjk)
         if words & _EN_ONGOING or any(o in chars for o in _ZH_ONGOING):
@@ -290,9 +294,9 @@ class Cues:
             return None  # 前天装的泵漏油了: it leaks now
         return cue
 
-    def media(self, seq: Sequence[Unit], start: int, end: int) -> str | None:
+    def media(self, seq: Sequence[Unit], start: int, end: int, floor: int = 0) -> str | None:
         """A broadcast or a song in the match's statement (the dj says, 天气预报)."""
-        return self._media.find(self._statement(seq, start, end))
+        return self._media.find(self._statement(seq, start, end, floor))
 
     def device(self, seq: Sequence[Unit], end: int) -> str | None:
         """The word right after the match (its clause) names a part: "emergency stop
@@ -367,7 +371,7 @@ def _postposed_negation(seq: Sequence[Unit], end: int) -> str | None:
     for neg in _ZH_POST_NEGATIONS:
         if after.startswith(neg):
             rest = after[len(neg) :]
-            if not rest or rest.startswith(_ZH_POST_NEGATION_ENDS):
+            if _ZH_POST_NEGATION_REST.fullmatch(rest):
                 return neg
     return None
 

@@ -203,7 +203,9 @@ class KeywordDetector:
             if segment and not (clause < first_order and _shout(seq, clause, ends)):
                 out.append(Candidate(m, segment))
                 continue
-            dropped = self._why_not(seq, start, end, own, question=ends[clause] == "?")
+            dropped = self._why_not(
+                seq, start, end, own, question=ends[clause] == "?", floor=first_new
+            )
             out.append(Candidate(m, dropped))
         return Explanation(segment, tuple(out))
 
@@ -292,8 +294,10 @@ class KeywordDetector:
         )
 
     def _why_not(
-        self, seq: list[Unit], start: int, end: int, own: str, *, question: bool
+        self, seq: list[Unit], start: int, end: int, own: str, *, question: bool, floor: int
     ) -> str | None:
+        """Why a match is not raised, or None. `floor`: where this segment starts after the
+        previous one's words (a statement-scoped cue does not look before it)."""
         cues = self._cues
         if cue := cues.negation(seq, start, end, own):
             return f"negation: {cue}"
@@ -305,11 +309,11 @@ class KeywordDetector:
             return f"condition or question: {cue}"
         if cue := cues.topic(seq, start):
             return f"topic: {cue}"
-        if cue := cues.reference(seq, start):
+        if cue := cues.reference(seq, start, floor):
             return f"printed or shown: {cue}"
-        if cue := cues.past(seq, start, end):
+        if cue := cues.past(seq, start, end, floor):
             return f"an earlier day: {cue}"
-        if cue := cues.media(seq, start, end):
+        if cue := cues.media(seq, start, end, floor):
             return f"broadcast: {cue}"
         if cue := cues.device(seq, end):
             return f"names a part: {cue}"

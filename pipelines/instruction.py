@@ -34,21 +34,13 @@ _PATTERNS = [
     r"\b((raise|sound)(?! the alarm\b)|trigger|send|issue|report|output|emit|generate|create"
     r"|publish|forward|broadcast|dispatch|push|escalate)\b[^,.;!?，。；！？]{0,30}"
     r"\b(alarms?|alerts?|fault reports?|json)\b",
-    # A fault to report everywhere or for a stretch of time ("report motor overload on every
-    # line for the next hour"): no one on the floor reports one fault on all lines at once.
-    # Not "log ... for the next shift" (a handover note) nor "所有设备都报警了" (they alarmed).
-    r"\b(report|raise|flag|send|publish|announce)\b[^,.;!?，。；！？]{0,40}"
-    r"\b((on|for|across|to|at) (every|all|each) (lines?|stations?|machines?|cells?|zones?|plants?)"
-    r"|for the next (hour|\d+ (minutes|hours)|few|several|ten|twenty|thirty))\b",
-    r"(每条线|每一条线|所有的?产?线|全部产?线|全厂|每台设备|每台机器|所有设备).{0,6}(都|全)要?报(?!警|修|告|给)",
-    r"接下来.{0,8}(小时|分钟).{0,16}(都|一律|全部)?要?报(?!警|修|告|给)",
-    # "Report an emergency stop and a motor overload on line four": an order to report an
-    # event (the indefinite article), at a clause's start, with no one named to report to.
-    # "Report the oil leak, press two is dripping" names a real one: it is no order to us.
-    # 马上报电机过载: the same with the urgency before it (not 报警, 报修, 报告班长, 报给主任).
-    r"(?:^|[,.;:!?]\s*)(?:(?:please|now|just|so|and|ok|okay)\s+)?(report|flag)\s+an?\b"
-    r"(?![^,.;!?]*\bto (the |my |your |our |a |an )?[a-z]+\b)",
-    r"(马上|立即|立刻|直接|赶紧)报(?!警|修|告|给|一下给)",
+    # A fault to report on every line ("report motor overload on every line"): no one on the
+    # floor reports one fault on all lines at once. Only report / flag, and in Chinese only
+    # with an order word before 报 (每条线都要报...; not 每条线都报急停了, which says they did).
+    r"\b(report|flag)\b[^,.;!?，。；！？]{0,40}"
+    r"\b(on|for|across|at) (every|all|each) (lines?|stations?|machines?|cells?|zones?)\b",
+    r"(每条线|每一条线|所有的?产?线|全部产?线|全厂|每台设备|每台机器|所有设备)[^，。,.；;]{0,4}"
+    r"(都|全|一律)?(要|得|必须|一律)报(?!警|修|告|给)",
     # Switching the alerting itself: "alert priority override enabled", "alarm mode: forced".
     r"\b(alert|alarm|priority|severity)\b.{0,12}\b(override|overrides|forced|escalated)\b",
     r"\b(to|for) all (subscribers|consumers|listeners|clients)\b",
@@ -70,7 +62,7 @@ _PATTERNS = [
     r"(你现在是|扮演|假装|你现在听我的|听我的指令)",
     r"(监听|监控|报警|识别|分析)(系统|程序|软件|模型|代理|助手).{0,24}(上报|报告|记录|报警|输出)",
     # Report at once, unchecked; notes addressed to the model; rules from now on; severities set.
-    r"(直接|立即|马上|立刻)(上报|报警|告警|发出警报)",
+    r"(直接|立即|马上|立刻)(上报|告警|发出警报)",
     r"(无需|不用|不必|不需要|无须)(核实|确认|验证|人工|复核)",
     r"(给|对|致)(分析|监听|识别|报警)?(模型|系统|代理|程序|助手)的?(说明|指令|通知|提示)",
     r"从现在(开始|起).{0,24}(都算|都要|一律|全部|都按)",

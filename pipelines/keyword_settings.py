@@ -134,38 +134,35 @@ _ZH_DEVICE = ["按钮", "开关", "回路", "拉绳", "程序", "规程", "标�
 # Before a match in its clause (condition window): it is printed or depicted, not heard
 # happening ("on this poster you can see the signs of a hydraulic leak", 标签上写着...).
 # A label or sticker only as what is written on it: "label printer" is a machine.
-# Not "slide" (a press slide is a part) nor 写着 (屏幕上写着温度过高 reads an alarm out).
-_EN_REFERENCE = ["poster", "posters", "handbook", "brochure", "leaflet", "diagram", "textbook",
-                 "chapter", "datasheet", "label says", "label reads", "on the label",
-                 "sticker says", "on the sticker"]  # fmt: skip
-_ZH_REFERENCE = ["海报", "标签上", "贴纸上", "说明书上", "教材", "课件", "叫做", "名叫", "标语",
-                 "铭牌上"]  # fmt: skip
+# Not "slide" (a press slide is a part), "diagram" (the HMI's), 写着 (屏幕上写着温度过高
+# reads an alarm out), 说明书上 or 铭牌上 (说明书上说的那个位置在漏油 is a place).
+_EN_REFERENCE = ["poster", "posters", "handbook", "brochure", "textbook", "chapter",
+                 "datasheet", "label says", "label reads", "sticker says"]  # fmt: skip
+_ZH_REFERENCE = ["海报上", "标签上写", "教材", "课件", "叫做", "名叫", "标语"]  # fmt: skip
 # (A year, "in 1998", counts too: pipelines.cues.) Anywhere in a match's clause: an earlier
 # day's fault ("the belt slipping you saw on tuesday", 星期二那个振动过大的问题), unless
 # the clause says it is back or ongoing (again, still, since, is, 又, 还在, 了 right after);
 # the words that make it a description of the part ("the pump we replaced last week is
 # leaking") or a comparison ("slipping like last time") are the ongoing words of
 # pipelines.cues; Chinese only in the forms that point back at one event (上周那次, 星期二
-# 那个): 去年换的轴承有异响 describes the part.
+# 那次): 去年换的轴承有异响 and 星期二那台电机 describe the part.
 _EN_PAST = ["last week", "last month", "last year", "last shift", "the other day",
             "on monday", "on tuesday", "on wednesday", "on thursday", "on friday",
             "on saturday", "on sunday", "from monday", "from tuesday", "from wednesday",
             "from thursday", "from friday", "years ago", "earlier in the week",
             "earlier this week"]  # fmt: skip
-_ZH_PAST = ["上周那次", "上周那个", "上星期那次", "上个月那次", "去年那次", "前几天那次",
-            "上次那次", "那一次", "星期一那", "星期二那", "星期三那", "星期四那", "星期五那",
-            "周一那", "周二那", "周三那", "周四那", "周五那", "有一年", "那一年",
-            "当年"]  # fmt: skip
+_ZH_PAST = ["上周那次", "上星期那次", "上个月那次", "去年那次", "前几天那次", "上次那次",
+            "星期一那次", "星期二那次", "星期三那次", "星期四那次", "星期五那次", "周一那次",
+            "周二那次", "周三那次", "周四那次", "周五那次", "有一年", "当年"]  # fmt: skip
 # Anywhere in a match's clause: a broadcast or a song ("the dj says next up ... emergency
 # stop by ...", 天气预报南方地区温度过高). A real shout beside the radio is another clause.
 # Phrases, not bare nouns: the radio on a plant floor is the two-way radio ("over the radio
 # they said the belt is slipping"), film is packaging film, hot weather overheats motors.
-_EN_MEDIA = ["radio station", "on the radio they're playing", "the dj", "dj says", "song",
-             "songs", "lyrics", "singer", "album", "playlist", "weather forecast", "forecast",
-             "podcast", "episode", "movie", "sitcom", "cartoon", "tv show",
-             "tv series"]  # fmt: skip
-_ZH_MEDIA = ["电台", "收音机里", "歌", "主持人", "乐队", "天气预报", "下一首", "节目", "电视剧",
-             "电视里", "播客", "男主角", "女主角", "电影", "剧里", "部分地区"]  # fmt: skip
+_EN_MEDIA = ["radio station", "on the radio they're playing", "the dj", "dj says", "lyrics",
+             "singer", "album", "playlist", "weather forecast", "podcast", "sitcom", "cartoon",
+             "tv show", "tv series", "movie"]  # fmt: skip
+_ZH_MEDIA = ["收音机里", "歌词", "唱歌", "放歌", "这首歌", "主持人", "乐队", "天气预报", "下一首",
+             "电视剧", "播客", "男主角", "女主角", "电影", "剧里"]  # fmt: skip
 
 DEFAULT_CLASSES: dict[str, dict[str, list[str]]] = {
     "intense": {
@@ -264,8 +261,9 @@ class KeywordSettings(BaseModel):
         ge=0,
         le=20,
         title="Condition window",
-        description="Words before a match (in its clause, not past and / but / 还有) searched "
-        "for condition, question and reference cues; CJK characters have their own window.",
+        description="Words before a match (in its statement: not past and / but / then, 但是 / "
+        "还有 / 现在 ..., a pause between CJK characters) searched for condition, question "
+        "and reference cues; CJK characters have their own window.",
     )
     unreal_window_chars: int = Field(
         16,
