@@ -305,9 +305,13 @@ class Cues:
             return None
         nxt = seq[end]
         if not nxt.cjk:
-            return nxt.text if (nxt.text,) in self._device.words else None
-        chars = "".join(u.text for u in seq[end : end + 4] if u.cjk)
-        return next((c for c in self._device.chars if chars.startswith(c)), None)
+            part = nxt.text if (nxt.text,) in self._device.words else None
+        else:
+            chars = "".join(u.text for u in seq[end : end + 4] if u.cjk)
+            part = next((c for c in self._device.chars if chars.startswith(c)), None)
+        if part is not None and _part_event(seq, end):
+            return None  # "the emergency stop cord got pulled", 急停拉绳被拉了: the event
+        return part
 
     def drill(self, seq: Sequence[Unit], start: int) -> str | None:
         """A drill or test in the match's clause, or a drill announced earlier in the
@@ -349,6 +353,29 @@ class Cues:
             if not negated and not any(a in chars[at + len(said) :] for a in _ZH_AGAIN):
                 return said
         return None
+
+
+# After a part named right after a match: something happened to it, so it is a report.
+_EN_PART_EVENTS = {"pulled", "tripped", "lit", "pressed", "hit", "triggered", "activated",
+                   "fired", "flashing", "blinking", "alarming", "alarmed"}  # fmt: skip
+_EN_PART_EVENT_PAIRS = {("went", "off"), ("goes", "off"), ("is", "on"), ("came", "on")}
+_ZH_PART_EVENTS = ("被拉", "拉了", "被按", "按下", "拍下", "断开", "跳了", "跳闸", "动作了", "亮了",
+                   "报警", "响了", "触发")  # fmt: skip
+
+
+def _part_event(seq: Sequence[Unit], end: int) -> bool:
+    """An event said of the part within the next few words of the clause."""
+    clause = seq[end].clause
+    after = [u for u in seq[end : end + 7] if u.clause == clause]
+    words = [u.text for u in after if not u.cjk]
+    # "the emergency stop buttons are all pulled out": released, the opposite of an event
+    events = {w for i, w in enumerate(words) if words[i + 1 : i + 2] != ["out"]}
+    if _EN_PART_EVENTS & events or any(
+        (a, b) in _EN_PART_EVENT_PAIRS for a, b in itertools.pairwise(words)
+    ):
+        return True
+    chars = "".join(u.text for u in after if u.cjk)
+    return any(e in chars for e in _ZH_PART_EVENTS)
 
 
 def _boundary(seq: Sequence[Unit], k: int) -> bool:

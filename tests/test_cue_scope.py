@@ -386,3 +386,33 @@ def test_a_broadcast_or_an_earlier_day_in_another_statement_still_alerts(
     """A clause joined by and / but, or a pause between Chinese characters, is another
     statement: the radio or the date there does not silence this one."""
     assert codes(detector, text) != [], why(detector, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the emergency stop cord got pulled on conveyor two",
+        "急停拉绳被拉了",
+        "the emergency stop circuit tripped on press four",
+        "急停回路断开了",
+        "the oil leak sensor went off on press two",
+    ],
+)
+def test_an_event_said_of_the_part_after_a_match_alerts(
+    detector: KeywordDetector, text: str
+) -> None:
+    assert codes(detector, text) != [], why(detector, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the emergency stop buttons are all pulled out",
+        "急停按钮都换成新的了",
+        "check the oil leak sensor cable tomorrow",
+    ],
+)
+def test_a_part_with_nothing_happening_to_it_stays_silent(
+    detector: KeywordDetector, text: str
+) -> None:
+    assert codes(detector, text) == []
