@@ -75,18 +75,16 @@ _ZH_LINKS = ["已经", "已", "都", "也", "现在", "现已"]
 _ZH_POST_NEGATIONS = ("都没有", "也没有", "都没", "也没", "并没有", "根本没有")
 # What may follow it, to the clause's end: nothing, or "was seen / happened" (没有出现过了).
 _ZH_POST_NEGATION_REST = re.compile(r"(出现|发现|听到|看到)?过?了?(问题)?")
-# In a clause with an earlier-day cue: it is back or ongoing, so it is a report.
-# A present or progressive verb says the part is described, not the fault dated ("the pump
-# we replaced last week is leaking"); "than" and "like" compare with today.
-# A present, perfect or recent verb, or the verb of a clause that describes the part, says the
-# fault is now ("the pump we replaced last week is leaking", "the motor we rebuilt last month
-# overheated this morning"); "than" and "like" compare with today.
-_EN_ONGOING = {"again", "back", "returned", "still", "since", "now", "started", "today",
-               "than", "like", "is", "are", "am", "keeps", "keep", "has", "have", "just",
-               "ago", "tonight", "morning", "replaced", "fitted", "rebuilt", "serviced",
-               "installed", "swapped", "new"}  # fmt: skip
-_ZH_ONGOING = ("又", "再次", "还在", "还是", "仍", "依然", "一直", "开始", "从", "今天", "现在",
-               "比", "正在", "在", "跟上次一样", "得很", "又")  # fmt: skip
+# In a clause with an earlier-day cue, what makes it a report: "again" (as after a repair),
+# a present, perfect or recent verb, or the verb of a clause that describes the part ("the
+# pump we replaced last week is leaking", "the motor we rebuilt last month overheated this
+# morning"); "than" and "like" compare with today.
+_EN_ONGOING = _EN_AGAIN | {"since", "now", "started", "today", "than", "like", "is", "are",
+                           "am", "keeps", "keep", "has", "have", "just", "ago", "tonight",
+                           "morning", "replaced", "fitted", "rebuilt", "serviced",
+                           "installed", "swapped", "new"}  # fmt: skip
+_ZH_ONGOING = (*_ZH_AGAIN, "还在", "仍", "一直", "开始", "从", "今天", "现在", "比", "正在", "在",
+               "跟上次一样", "得很")  # fmt: skip
 # Where the condition window stops, walking back from a match: a clause joined by and / but
 # is another statement ("no sign of the fitter and the hydraulic leak is getting worse").
 _EN_WINDOW_STOPS = {"and", "but", "then"}
