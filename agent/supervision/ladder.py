@@ -7,7 +7,9 @@ the field found least costly (docs/watchdog.md):
 2. CUDA graphs: decode-only graphs of the smallest batches (graph memory);
 3. KV cache budget: 85 %, 80 %, 75 % of the configured bytes (never below what one full
    context needs), or gpu_memory_utilization 0.85, 0.80, 0.75 on a discrete GPU;
-4. max_num_batched_tokens halved twice (activation memory; recompiles on CUDA);
+4. max_num_batched_tokens halved twice (activation memory; recompiles on CUDA), never below
+   what the engine accepts (a hybrid's attention block with prefix caching: vLLM refuses
+   less, so such a rung would only be refused and stepped past);
 5. last, and loudly: the context window, to 75 % then 50 % (never under 2048 tokens), with
    max_model_len following it and, where the KV cache is sized in bytes, the KV budget
    shrinking in proportion (that is the memory this rung frees). This one shortens what
@@ -50,10 +52,13 @@ Knob = Literal["none", "speculative", "cuda_graphs", "kv_cache", "batched_tokens
 @dataclass(frozen=True)
 class KvRates:
     """From the memory planner: KV bytes per token and the fixed state per sequence
-    (recurrent layers of hybrid models), so that KV rungs keep one full context."""
+    (recurrent layers of hybrid models), so that KV rungs keep one full context; and the
+    smallest token budget the engine starts with (a hybrid's attention block when prefix
+    caching is on, else 0), so that no batched-tokens rung goes below it."""
 
     per_token: int
     fixed_per_seq: int = 0
+    min_batched_tokens: int = 0
 
     def needed(self, profile: EngineProfile) -> int:
         block = profile.block_size or (128 if profile.device.kind == "cpu" else 16)
@@ -123,7 +128,7 @@ def build_ladder(
     _speculative(b)
     _graphs(b)
     _kv_cache(b, kv)
-    _batched_tokens(b)
+    _batched_tokens(b, kv.min_batched_tokens if kv else 0)
     if context_tokens is not None:
         _context(b, context_tokens, answer_tokens, kv)
     return b.rungs
@@ -175,10 +180,10 @@ def _kv_cache(b: _Builder, kv: KvRates | None) -> None:
                 b.push("kv_cache", name, _set(b.cur, memory=lower))
 
 
-def _batched_tokens(b: _Builder) -> None:
+def _batched_tokens(b: _Builder, floor: int) -> None:
     for _ in range(2):
         smaller = b.cur.max_num_batched_tokens // 2
-        if smaller < max(_MIN_BATCHED_TOKENS, b.cur.max_num_seqs):
+        if smaller < max(_MIN_BATCHED_TOKENS, b.cur.max_num_seqs, floor):
             return
         compiled = b.cur.device.kind == "cuda" and not b.cur.enforce_eager
         name = f"max_num_batched_tokens {smaller}{' (recompiles)' if compiled else ''}"
@@ -217,11 +222,14 @@ def ladder_fingerprint(
     """Identifies the ladder a persisted rung was taken on (profile, window, answer size and
     the model's KV rates, which change with the model): a different ladder starts again
     from rung 0 instead of applying a rung of another one."""
+    rates = [kv.per_token, kv.fixed_per_seq] if kv else None
+    if kv and kv.min_batched_tokens and rates:  # only where there is a floor, so that other
+        rates.append(kv.min_batched_tokens)  # ladders keep the fingerprint they had
     data = {
         "profile": profile.model_dump(mode="json"),
         "context": context_tokens,
         "answer": answer_tokens,
-        "kv": [kv.per_token, kv.fixed_per_seq] if kv else None,
+        "kv": rates,
     }
     blob = json.dumps(data, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -116,7 +116,11 @@ class Rungs:
             model_dir = model_dir_for(self.profile)
             plan = plan_memory(model_dir, self.profile)
             self._model_dir = model_dir
-            return KvRates(plan.kv_bytes_per_token, plan.fixed_bytes_per_seq)
+            # vLLM refuses a token budget under a hybrid's attention block with prefix
+            # caching (the planner says so too): no rung below it.
+            block = plan.layout.block_size if plan.layout else 0
+            floor = block if self.profile.enable_prefix_caching else 0
+            return KvRates(plan.kv_bytes_per_token, plan.fixed_bytes_per_seq, floor)
         except Exception as exc:  # the start will report the real problem
             log.warning("watchdog.ladder_without_plan", error=f"{type(exc).__name__}: {exc}")
             return None

@@ -17,8 +17,12 @@ profiles were fixed after the 2026-12-01 run), recorded in results.json when the
   is 1120 tokens (see profile_probe.hybrid_block_size), so 512 and 1024 cannot start.
 - `additional_config.gdn_prefill_backend: triton` (the H200 here has no CuTe DSL wheels).
 
-Run items are PROFILE:VARIANT, variant full (everything), warm (a second start of the same
-configuration: compile cache warm, then decode) or nomtp (speculation off, then decode).
+Run items are PROFILE:VARIANT[:kv=MiB], variant full (everything), warm (a second start of
+the same configuration: compile cache warm, then decode) or nomtp (speculation off, then
+decode); `:kv=MiB` runs the profile with another fixed KV pool (to bracket a stall). Every
+step after the engine starts has a time limit: a step that does not return records what
+vLLM's scheduler did meanwhile and the engine core's threads (bench/engine/sched_trace.py)
+and ends the run, so one stall does not cost the command.
 
     python3 bench/engine/bench_profiles.py --out $OUT --runs orin-nx-16gb:full,orin-nx-16gb:warm
     python3 bench/engine/bench_profiles.py --out /tmp/smoke   # CPU: a tiny shape, code paths only
@@ -62,6 +66,12 @@ from bench.engine.profile_probe import (  # noqa: E402
     worker_kv,
     worker_memory,
 )
+from bench.engine.sched_trace import (  # noqa: E402
+    Trace,
+    dump_engine_core,
+    install_thread_dump_hook,
+    trace_factory,
+)
 from bench.shapes import HYBRID_4B, TINY  # noqa: E402
 
 # GPTQ 4-bit, groups of 128. vLLM 0.26 (AutoGPTQConfig.maybe_update_config) takes the layers
@@ -90,6 +100,7 @@ class Ctx:
         self.tap: LogTap | None = None
         self.card_total: int | None = None
         self.starts = 0
+        self.trace = Trace()
 
     def left(self) -> float:
         return self.args.deadline - (time.monotonic() - self.t0)
@@ -125,6 +136,10 @@ def build(
     from agent.engine.speculative import choose_speculation
 
     base = load_engine_profile(name)
+    variant, _, kv_mib = variant.partition(":kv=")
+    if kv_mib:  # a bracketing run: the profile with another fixed KV pool
+        base = base.model_copy(update={"memory": base.memory.model_copy(
+            update={"kv_cache_memory_bytes": int(kv_mib) << 20})})  # fmt: skip
     spec = base.speculative
     if variant == "nomtp":
         spec = spec.model_copy(update={"method": "off"})
@@ -163,6 +178,8 @@ def build(
         extra = int(cfg.get("mtp_num_hidden_layers", 0)) if spec.enabled else 0
         kv_need = hybrid_kv_need(cfg, kv_bytes, k, extra, base.max_model_len)
         changes["kv_need_predicted"] = kv_need
+        if kv_mib:
+            changes["kv_cache_memory_bytes_override"] = int(kv_fixed)
         if kv_need["pool_bytes_min"] > int(kv_fixed):
             # vLLM would compile, then refuse to start: run with the smallest budget that
             # holds max_model_len (+ one 64 MiB step); compare_plan.py recomputes what the
@@ -209,7 +226,7 @@ async def decode(llm: Any, p: Prompts, n: int, tokens: int) -> float:
     return round(statistics.median(rates), 1)
 
 
-async def gap_test(llm: Any, p: Prompts, window: int, res: dict[str, Any]) -> None:
+async def gap_test(ctx: Ctx, llm: Any, p: Prompts, window: int, res: dict[str, Any]) -> None:
     """One stream decodes while another prefills a window with nothing cached.
 
     The window is cut to what the pool holds beside the decoding stream (its state pages
@@ -228,7 +245,7 @@ async def gap_test(llm: Any, p: Prompts, window: int, res: dict[str, Any]) -> No
     task = asyncio.create_task(generate(llm, p.fresh(64), 2100, rid=rid, stamps=stamps))
     await asyncio.sleep(1.5)
     t_start = time.perf_counter()
-    pre = await generate(llm, long_ids, 1)
+    pre = await bounded(ctx, res, "re-prefill beside a decode", generate(llm, long_ids, 1), 90)
     t_end = time.perf_counter()
     await llm.abort(rid)
     with contextlib.suppress(Exception):
@@ -244,6 +261,28 @@ async def gap_test(llm: Any, p: Prompts, window: int, res: dict[str, Any]) -> No
         res["gap_max_ms"] = round(1e3 * gaps[-1], 1)
 
 
+class Stalled(Exception):
+    """A step did not return in its time; `res["stall"]` says what the scheduler did."""
+
+
+async def bounded(ctx: Ctx, res: dict[str, Any], step: str, coro: Any, cap_s: float) -> Any:
+    """Await `coro` for at most `cap_s` (and never past the deadline less 45 s). On a stall:
+    the scheduler's steps since it began, the engine core's threads (into log.txt), then
+    `Stalled`, so the run ends with what it measured instead of the command's timeout."""
+    trace: Trace = ctx.trace
+    began = trace.now()
+    limit = max(5.0, min(cap_s, ctx.left() - 45))
+    try:
+        return await asyncio.wait_for(coro, limit)
+    except asyncio.TimeoutError:
+        pids = dump_engine_core()
+        await asyncio.sleep(3)  # the dump reaches the log
+        res["stall"] = {"step": step, "after_s": round(limit, 1), "engine_core_dumped": pids,
+                        "scheduler": trace.summary(since_s=began)}  # fmt: skip
+        ctx.save()
+        raise Stalled(f"{step}: no result in {limit:.0f} s") from None
+
+
 async def measure_full(ctx: Ctx, llm: Any, profile: Any, res: dict[str, Any], vocab: int) -> None:
     p = Prompts(vocab, seed=hash(profile.max_model_len) & 0xFFFF)
     seg = SEGMENT if ctx.on_gpu else 256
@@ -253,21 +292,25 @@ async def measure_full(ctx: Ctx, llm: Any, profile: Any, res: dict[str, Any], vo
     window = profile.max_model_len - seg - 256
     prefix, segment = p.fresh(window), p.fresh(seg)
     before = await snapshot(llm, reset_peak=True)
-    t = await generate(llm, prefix, 1)
-    res["window_tokens"], res["ttft_window_s"] = window, round(t.ttft, 3)
+    res["window_tokens"] = window
+    # 128K took 11.5 s on the H200: a minute and a half is a stall, not a slow prefill.
+    t = await bounded(ctx, res, "window prefill", generate(llm, prefix, 1), 90)
+    res["ttft_window_s"] = round(t.ttft, 3)
     res["at_window"] = await snapshot(llm)
     res["at_window"]["allocated_before"] = (before["worker"] or {}).get("allocated")
-    a = await generate(llm, prefix + segment, 1)
+    a = await bounded(ctx, res, "append", generate(llm, prefix + segment, 1), 60)
     res["ttft_append_s"], res["append_cached_tokens"] = round(a.ttft, 3), a.cached
     res["at_full_window"] = await snapshot(llm)
     # Decode with the whole window behind it: each step also reads its KV.
-    at = await generate(llm, prefix + segment, 192 if ctx.on_gpu else 32)
+    at = await bounded(
+        ctx, res, "decode at window", generate(llm, prefix + segment, 192 if ctx.on_gpu else 32), 60
+    )
     res["decode_at_window_tok_s"] = round(decode_rate(at), 1)
     alone = await generate(llm, p.fresh(seg), 1)
     res["ttft_segment_alone_s"] = round(alone.ttft, 3)
     ctx.save()
     if profile.max_num_seqs >= 2:
-        await gap_test(llm, p, window, res)
+        await gap_test(ctx, llm, p, window, res)
     else:
         res["gap_note"] = "max_num_seqs 1: a second stream waits; no concurrent decode"
     res["after_all"] = await snapshot(llm)
@@ -290,7 +333,8 @@ async def run_one(
     print(f"[{label}] kwargs {json.dumps(res['kwargs'], default=str)}", flush=True)
     res["before_start"] = process_memory()
     t0 = time.perf_counter()
-    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
+    ctx.trace = Trace()
+    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw), stat_loggers=[trace_factory(ctx.trace)])
     res["start_s"] = round(time.perf_counter() - t0, 1)
     ctx.starts += 1
     print(f"[{label}] engine start {res['start_s']} s", flush=True)
@@ -298,8 +342,11 @@ async def run_one(
         res["after_load"] = await snapshot(llm, reset_peak=True)
         res["kv"] = (await llm.collective_rpc(worker_kv))[0]
         ctx.save()
-        if variant == "full":
-            await measure_full(ctx, llm, profile, res, cfg["vocab_size"])
+        if variant.startswith("full"):
+            try:
+                await measure_full(ctx, llm, profile, res, cfg["vocab_size"])
+            except Stalled as exc:
+                res["error"] = f"stalled: {exc}"
         else:
             p = Prompts(cfg["vocab_size"], seed=len(label))
             await generate(llm, p.fresh(256), 8)
@@ -309,6 +356,7 @@ async def run_one(
             flush=True,
         )
     finally:
+        res["scheduler_totals"] = dict(ctx.trace.totals)
         llm.shutdown()
         del llm
         gc.collect()
@@ -351,6 +399,8 @@ async def main_async(args: argparse.Namespace) -> None:
     ctx = Ctx(args, torch.cuda.is_available())
     ctx.out.mkdir(parents=True, exist_ok=True)
     ctx.tap = LogTap(ctx.out / "log.txt")
+    if ctx.on_gpu:  # before the first engine core is spawned
+        install_thread_dump_hook(Path(args.work).expanduser() / "pyhooks")
     try:
         ctx.results |= {
             "machine": machine(),

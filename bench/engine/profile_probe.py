@@ -136,7 +136,8 @@ def _nvml() -> Any:
     return pynvml
 
 
-def _descendants(root: int) -> list[int]:
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it (from /proc)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -163,7 +164,7 @@ def _rss(pid: int) -> int:
 
 def process_memory() -> dict[str, Any]:
     """GPU memory per process of ours (NVML), device used, and host RSS of ours (bytes)."""
-    pids = _descendants(os.getpid())
+    pids = descendants(os.getpid())
     out: dict[str, Any] = {
         "host_rss": {str(p): _rss(p) for p in pids},
         "host_rss_total": sum(_rss(p) for p in pids),

@@ -295,6 +295,29 @@ def test_token_budget_below_the_hybrid_block_cannot_start(model_dir: ModelDirFac
     assert "max_num_batched_tokens" not in no_cache.verdict
 
 
+async def test_the_supervisors_ladder_has_no_token_budget_rung_vllm_refuses(
+    model_dir: ModelDirFactory,
+) -> None:
+    """The planner's block reaches the ladder: orin-nx-16gb's 1,152 tokens cannot halve (576
+    is under the 1,120-token block, which vLLM refuses with prefix caching), so its ladder
+    has no such rung, and every rung it has is one the planner accepts on that count."""
+    from agent.supervision.rungs import Rungs
+    from agent.watchdog.events import EventLog
+
+    folder = model_dir(_measured_run()["config"])
+    for budget, expected in ((1152, []), (4608, [2304, 1152])):
+        profile = load_engine_profile("orin-nx-16gb").model_copy(
+            update={"model": str(folder), "max_num_batched_tokens": budget}
+        )
+        rungs = Rungs(profile, store=None, events=EventLog(), context_tokens=None,
+                      answer_tokens=256, on_window=None)  # fmt: skip
+        await rungs.prepare()
+        halved = [r.profile for r in rungs.ladder if r.knob == "batched_tokens"]
+        assert [p.max_num_batched_tokens for p in halved] == expected
+        for p in halved:
+            assert "max_num_batched_tokens" not in plan_memory(folder, p).verdict
+
+
 def test_orin_8gb_kv_budget_holds_64k_of_the_hybrid(model_dir: ModelDirFactory) -> None:
     folder = model_dir(_measured_run()["config"])
     profile = load_engine_profile("orin-nx-8gb").model_copy(update={"model": str(folder)})

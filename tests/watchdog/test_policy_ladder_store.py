@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.engine import load_engine_profile
+from agent.engine.profile import EngineProfile
 from agent.supervision.ladder import MIN_CONTEXT_TOKENS, KvRates, build_ladder, ladder_fingerprint
 from agent.supervision.store import RungRecord, RungStore
 from agent.watchdog.leak import LeakDetector
@@ -151,6 +152,28 @@ def test_kv_rungs_never_go_below_one_full_context() -> None:
     # a hybrid model's fixed recurrent state counts too
     rungs = build_ladder(profile, context_tokens=None, kv=KvRates(23 * 1024, 20 * MIB))
     assert [r.name for r in rungs if r.knob == "kv_cache"] == ["KV cache 218 MiB (85%)"]
+
+
+def test_batched_token_rungs_stay_above_the_engines_floor() -> None:
+    """A hybrid with prefix caching cannot start under its attention block: no rung there."""
+    profile = load_engine_profile("orin-nx-16gb")  # 1152 tokens, the 4B hybrid's block 1120
+    kv = KvRates(13312, 224 * MIB)
+
+    def halvings(p: EngineProfile, rates: KvRates) -> list[int]:
+        rungs = build_ladder(p, context_tokens=None, kv=rates)
+        return [r.profile.max_num_batched_tokens for r in rungs if r.knob == "batched_tokens"]
+
+    assert halvings(profile, kv) == [576, 288]  # no floor known: the dead rungs of before
+    assert halvings(profile, KvRates(13312, 224 * MIB, min_batched_tokens=1120)) == []
+    wide = profile.model_copy(update={"max_num_batched_tokens": 4096})
+    assert halvings(wide, KvRates(13312, 224 * MIB, min_batched_tokens=1120)) == [2048]
+    # the floor moves the fingerprint only where there is one
+    assert ladder_fingerprint(profile, None, kv=kv) == ladder_fingerprint(
+        profile, None, kv=KvRates(13312, 224 * MIB, 0)
+    )
+    assert ladder_fingerprint(profile, None, kv=kv) != ladder_fingerprint(
+        profile, None, kv=KvRates(13312, 224 * MIB, 1120)
+    )
 
 
 @pytest.mark.parametrize(
