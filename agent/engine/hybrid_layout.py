@@ -14,6 +14,13 @@ orin-nx-16gb run) and reproduced here to the byte:
   so a block costs page x group_size bytes whichever group owns it.
 - One sequence takes ceil(tokens / block) blocks in each attention group and, in each GDN
   group, 2 + k blocks with prefix caching (mamba "align" mode), 1 + k without (not measured).
+- With prefix caching a prefill chunk that crosses a block needs one block more in each GDN
+  group while it runs (measured, results/h200-2026-12-01-lease3/: a 65,280-token prompt
+  stalled in orin-nx-8gb's 76-block pool holding 73, one 60,780 tokens long completed; a
+  125,440-token prefill beside a decoding stream stalled at 141 of 144). vLLM 0.26 does not
+  refuse such a request: it preempts it, takes it back from the prefix cache to the same
+  place and preempts it again, forever. So the planner counts the peak, not what vLLM's
+  start check counts.
 - With prefix caching vLLM refuses to start when max_num_batched_tokens is below the block.
 
 Qwen3-Next's attention also gates its output (q_proj is twice as wide) and the MTP module
@@ -51,6 +58,7 @@ class HybridLayout:
     state_blocks_per_group: int  # per sequence
     attention_layers: int  # MTP layers included
     linear_layers: int
+    transient_blocks_per_group: int = 0  # more, while a prefill chunk crosses a block
 
     @property
     def block_bytes(self) -> int:
@@ -61,8 +69,18 @@ class HybridLayout:
         return self.state_groups * self.state_blocks_per_group
 
     @property
+    def peak_state_blocks(self) -> int:
+        """State blocks a sequence needs at its peak (held + transient)."""
+        return self.state_groups * (self.state_blocks_per_group + self.transient_blocks_per_group)
+
+    @property
     def state_bytes_per_seq(self) -> int:
+        """What vLLM holds for a sequence's recurrent state."""
         return self.state_blocks * self.block_bytes
+
+    @property
+    def peak_state_bytes_per_seq(self) -> int:
+        return self.peak_state_blocks * self.block_bytes
 
     @property
     def bytes_per_token(self) -> int:
@@ -73,13 +91,15 @@ class HybridLayout:
         return max(0, budget) // self.block_bytes
 
     def blocks_per_seq(self, tokens: int) -> int:
-        return self.attention_groups * math.ceil(tokens / self.block_size) + self.state_blocks
+        """Blocks a sequence of `tokens` needs at its peak (what the pool must hold)."""
+        attention = self.attention_groups * math.ceil(tokens / self.block_size)
+        return attention + self.peak_state_blocks
 
     def needed_bytes(self, tokens: int) -> int:
         return self.blocks_per_seq(tokens) * self.block_bytes
 
     def one_seq_tokens(self, budget: int) -> int:
-        free = max(0, self.blocks(budget) - self.state_blocks)
+        free = max(0, self.blocks(budget) - self.peak_state_blocks)
         return free // max(1, self.attention_groups) * self.block_size
 
 
@@ -126,6 +146,7 @@ def hybrid_layout(
         attention_groups=math.ceil(n_attn / group),
         state_groups=math.ceil(linear_layers / group),
         state_blocks_per_group=(2 if prefix_caching else 1) + k,
+        transient_blocks_per_group=1 if prefix_caching else 0,
         attention_layers=n_attn,
         linear_layers=linear_layers,
     )

@@ -82,6 +82,16 @@ class MemoryPlan:
     int4_weight_bytes: int | None = None  # the same model as AWQ/GPTQ int4 (cuda profiles)
     attention_layers: int | None = None  # layers with KV, the MTP layers included
     layout: HybridLayout | None = None  # vLLM's pool of a GDN hybrid
+    max_num_seqs: int = 1
+
+    @property
+    def full_windows(self) -> int | None:
+        """Sequences of max_model_len the pool holds at their peak at once (GDN hybrids)."""
+        if self.layout is None:
+            return None
+        return self.layout.blocks(self.kv_budget_bytes) // self.layout.blocks_per_seq(
+            self.max_model_len
+        )
 
     def render(self, profile_name: str | None = None) -> str:
         s = self.shape
@@ -114,10 +124,13 @@ class MemoryPlan:
                 "a sequence: "
                 f"{lo.attention_groups} x ceil(tokens / {lo.block_size:,}) attention + "
                 f"{lo.state_blocks} state blocks ({lo.state_groups} GDN groups x "
-                f"{lo.state_blocks_per_group}); pool {lo.blocks(self.kv_budget_bytes)} blocks",
+                f"{lo.state_blocks_per_group})"
+                + (f" + {lo.peak_state_blocks - lo.state_blocks} while a prefill crosses a "
+                   "block" if lo.peak_state_blocks > lo.state_blocks else "")
+                + f"; pool {lo.blocks(self.kv_budget_bytes)} blocks",
             ))  # fmt: skip
         if self.fixed_bytes_per_seq:
-            what = "state blocks" if self.layout is not None else "linear state, windows"
+            what = "state blocks, a prefill's peak" if self.layout else "linear state, windows"
             lines.append(("fixed / seq", f"{_gb(self.fixed_bytes_per_seq)} ({what})"))
         lines += [
             ("activations", f"{_gb(self.activation_bytes)} (allowance for one prefill chunk)"),
@@ -133,6 +146,12 @@ class MemoryPlan:
         if self.max_context_fp8_tokens is not None:
             ctx += f"; with fp8 KV: {_ctx(self.max_context_fp8_tokens)}"
         lines.append(("largest context", ctx))
+        if self.full_windows is not None and self.full_windows < self.max_num_seqs:
+            # measured (issue 20, lease 3): vLLM 0.26 neither finishes nor refuses such a
+            # prefill; it preempts it and takes it back from the prefix cache, over and over
+            lines.append(("full windows", f"{self.full_windows} of max_num_seqs "
+                          f"{self.max_num_seqs} at once: a long prefill beside them stalls "
+                          "vLLM 0.26 (docs/profiles.md)"))  # fmt: skip
         if self.decode_floor_tps is not None:
             lines.append(("decode ceiling", f"{self.decode_floor_tps:.1f} tok/s at batch 1 "
                           "(weights read once per token)"))  # fmt: skip
@@ -299,7 +318,7 @@ def _kv(
     block = profile.block_size or (128 if profile.device.kind == "cpu" else 16)
     layout = layout_at(kv_bytes)
     if layout is not None:
-        per_token, fixed = layout.bytes_per_token, layout.state_bytes_per_seq
+        per_token, fixed = layout.bytes_per_token, layout.peak_state_bytes_per_seq
         capacity = layout.one_seq_tokens(budget)
         needed = layout.needed_bytes(profile.max_model_len)
     else:
@@ -412,6 +431,7 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         int4_weight_bytes=int4_option(shape, cfg, profile, dtype_bytes, mtp),
         attention_layers=shape.full_attention_layers + (mtp if layout is not None else 0),
         layout=layout,
+        max_num_seqs=profile.max_num_seqs,
     )
 
 

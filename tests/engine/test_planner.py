@@ -129,7 +129,9 @@ GDN_STATE = 32 * 128 * 128 + (2 * 16 * 128 + 32 * 128) * 3  # 548,864 elements a
 # tokens whose K and V fill one GDN layer's state, in multiples of 16. The 12 attention and
 # 36 GDN layers form 4 groups of 12 (one attention, three GDN); one block id takes a page in
 # each of the 12 tensors. With prefix caching (mamba align mode) a sequence holds 2 + k
-# blocks in each GDN group; the attention group ceil(tokens / block).
+# blocks in each GDN group, and one more in each while a prefill chunk crosses a block (its
+# peak, measured: test_the_peak_is_where_vllm_stalled); the attention group ceil(tokens /
+# block).
 
 
 @pytest.mark.parametrize("layout", ["interval", "layer_types", "text_config"])
@@ -153,10 +155,10 @@ def test_hybrid_counts_only_full_attention_layers(model_dir: ModelDirFactory, la
     assert (lo.block_size, lo.page_bytes, lo.group_size) == (544, 544 * 2048, 12)
     assert plan.kv_bytes_per_token == 2 * 12 * 2 * 256 * 2 == 24_576
     block_bytes = 12 * 544 * 2048  # 13,369,344
-    assert plan.fixed_bytes_per_seq == 3 * 2 * block_bytes == 80_216_064
-    # 4 GiB // 13,369,344 = 321 blocks, 6 of them one sequence's state
-    assert plan.kv_capacity_tokens == (321 - 6) * 544 == 171_360
-    assert plan.kv_needed_bytes == (-(-K128 // 544) + 6) * block_bytes  # 3.30 GB < 4 GiB
+    assert plan.fixed_bytes_per_seq == 3 * (2 + 1) * block_bytes == 120_324_096
+    # 4 GiB // 13,369,344 = 321 blocks, 9 of them one sequence's state at its peak
+    assert plan.kv_capacity_tokens == (321 - 9) * 544 == 169_728
+    assert plan.kv_needed_bytes == (-(-K128 // 544) + 9) * block_bytes  # 3.34 GB < 4 GiB
     assert plan.verdict == "fits 128K with bf16 KV"
 
 
@@ -168,7 +170,7 @@ def test_hybrid_fp8_halves_kv_but_not_the_recurrent_state(model_dir: ModelDirFac
     assert (lo.block_size, lo.page_bytes) == (1072, 1072 * 1024)
     assert lo.page_bytes == GDN_STATE * 2
     assert plan.kv_bytes_per_token == 12_288
-    assert plan.fixed_bytes_per_seq == 6 * 12 * GDN_STATE * 2 == 79_036_416
+    assert plan.fixed_bytes_per_seq == 9 * 12 * GDN_STATE * 2 == 118_554_624
     assert plan.verdict == "fits 128K with fp8 KV"
 
 
@@ -183,10 +185,14 @@ def _measured_run() -> dict[str, Any]:
 
 
 def _as_run(profile: EngineProfile, run: dict[str, Any], folder: Path) -> EngineProfile:
+    """`profile` as the run started it (its token budget and fixed KV pool)."""
     kw = run["kwargs"]
+    memory = profile.memory
+    if kw.get("kv_cache_memory_bytes"):
+        memory = memory.model_copy(update={"kv_cache_memory_bytes": kw["kv_cache_memory_bytes"]})
     return profile.model_copy(
         update={"model": str(folder), "load_format": kw["load_format"],
-                "max_num_batched_tokens": kw["max_num_batched_tokens"]}
+                "max_num_batched_tokens": kw["max_num_batched_tokens"], "memory": memory}
     )  # fmt: skip
 
 
@@ -205,14 +211,17 @@ def test_hybrid_4b_layout_is_the_one_vllm_built_on_the_h200(model_dir: ModelDirF
     assert lo.group_size == kv["num_tensors"] == 13
     assert lo.blocks(plan.kv_budget_bytes) == kv["num_blocks"] == 144
     assert lo.state_blocks == kv["state_pages_per_seq"] == 15
-    assert plan.fixed_bytes_per_seq == kv["state_bytes_per_seq"]
+    assert lo.state_bytes_per_seq == kv["state_bytes_per_seq"]
+    # the planner plans the peak: one more block in each of the 3 GDN groups
+    assert plan.fixed_bytes_per_seq == kv["state_bytes_per_seq"] + 3 * lo.block_bytes
     assert plan.kv_bytes_per_token == kv["attn_bytes_per_token"] == 13_312
-    assert plan.kv_capacity_tokens == kv["one_seq_tokens"] == 144_480
+    assert plan.kv_capacity_tokens == kv["one_seq_tokens"] - 3 * 1120 == 141_120
     # vLLM's start check adds up layers (padding not counted); the pool needs whole blocks
     check = sum(g["max_memory_usage_bytes"] * g["layers"] for g in kv["groups"])
     assert plan.kv_needed_bytes == lo.blocks_per_seq(K128) * lo.block_bytes
-    assert lo.blocks_per_seq(K128) == run["changes"]["kv_need_predicted"]["blocks_per_seq"]
-    assert check <= plan.kv_needed_bytes <= 1.01 * check
+    held = lo.blocks_per_seq(K128) - 3
+    assert held == run["changes"]["kv_need_predicted"]["blocks_per_seq"]
+    assert check <= held * lo.block_bytes <= 1.01 * check
     # a dummy load left the GPTQ projections in bf16: the planner plans what vLLM loaded
     measured = run["after_load"]["worker"]["model_memory_usage"]
     assert "not applied by a dummy load" in plan.weights_source
@@ -254,8 +263,8 @@ def test_dummy_load_of_a_config_naming_its_gptq_layers_plans_what_vllm_loaded(
     kv = run["kv"]
     assert plan.layout is not None
     assert plan.layout.blocks(plan.kv_budget_bytes) == kv["num_blocks"]
-    assert plan.kv_capacity_tokens == kv["one_seq_tokens"]
-    assert plan.fixed_bytes_per_seq == kv["state_bytes_per_seq"]
+    assert plan.kv_capacity_tokens == kv["one_seq_tokens"] - 3 * 1120
+    assert plan.layout.state_bytes_per_seq == kv["state_bytes_per_seq"]
     # the profile's runtime is the one measured at a machine's first start (the engine core
     # JIT-compiles its kernels: 0.4-0.8 GB more than a restart with warm caches)
     first = json.loads(cold.read_text())["runs"][f"{name}:full"]
@@ -324,16 +333,53 @@ def test_orin_8gb_kv_budget_holds_64k_of_the_hybrid(model_dir: ModelDirFactory) 
     plan = plan_memory(folder, profile)
     lo = plan.layout
     assert lo is not None
-    # 64K: ceil(65,536 / 1,120) = 59 attention blocks + 15 state blocks of 14,909,440 B
-    assert lo.blocks_per_seq(65536) == 59 + 15 == 74
-    assert lo.blocks(plan.kv_budget_bytes) == 1088 * 2**20 // lo.block_bytes == 76
+    # 64K: ceil(65,536 / 1,120) = 59 attention blocks + 15 state blocks of 14,909,440 B,
+    # + 3 while a prefill crosses a block; 1088 MiB (76 blocks) was one short (measured)
+    assert lo.blocks_per_seq(65536) == 59 + 15 + 3 == 77
+    assert lo.blocks(plan.kv_budget_bytes) == 1152 * 2**20 // lo.block_bytes == 81
     assert "of KV needed" not in plan.verdict
+    short = profile.model_copy(update={"memory": profile.memory.model_copy(
+        update={"kv_cache_memory_bytes": 1088 * 2**20})})  # fmt: skip
+    assert (
+        "1.15 GB of KV needed (77 blocks), 1.14 GB available (76 blocks)"
+        in plan_memory(folder, short).verdict
+    )
     one_gib = profile.model_copy(
         update={"memory": profile.memory.model_copy(update={"kv_cache_memory_bytes": GiB})}
     )
     old = plan_memory(folder, one_gib)
-    assert "1.10 GB of KV needed (74 blocks), 1.07 GB available (72 blocks)" in old.verdict
-    assert old.kv_capacity_tokens == (72 - 15) * 1120 == 63_840
+    assert "1.15 GB of KV needed (77 blocks), 1.07 GB available (72 blocks)" in old.verdict
+    assert old.kv_capacity_tokens == (72 - 18) * 1120 == 60_480
+
+
+LEASE3 = Path(__file__).parents[2] / "bench/engine/results/h200-2026-12-01-lease3"
+
+
+def test_the_peak_is_where_vllm_stalled(model_dir: ModelDirFactory) -> None:
+    """The third issue-20 lease: two requests that vLLM 0.26 neither finished nor refused
+    (preempted, taken back from the prefix cache, preempted again: the scheduler trace), and
+    one that finished, against the planner's peak count of blocks."""
+    eight = json.loads((LEASE3 / "b-results.json").read_text())["runs"]["orin-nx-8gb:full"]
+    folder = model_dir(eight["config"])
+    lo = plan_memory(folder, _as_run(load_engine_profile("orin-nx-8gb"), eight, folder)).layout
+    assert lo is not None
+    pool = eight["kv"]["num_blocks"]
+    assert pool == 76 and lo.block_size == 1120
+    # the 60,780-token window finished; the window + its 4,500-token segment never did
+    assert eight["ttft_window_s"] > 0 and eight["stall"]["step"] == "append"
+    assert lo.blocks_per_seq(eight["window_tokens"]) <= pool
+    assert lo.blocks_per_seq(eight["window_tokens"] + 4500) == 77 > pool
+    # without the transient blocks the planner would have said both fit
+    assert lo.blocks_per_seq(eight["window_tokens"] + 4500) - 3 <= pool
+    # the trace: the request went between running with 96% of the pool and waiting with none
+    rows = {(r[1], r[2], round(r[3], 2)) for r in eight["stall"]["scheduler"]["steps"]}
+    assert {(1, 0, 0.96), (0, 1, 0.0)} <= rows
+    # orin-nx-16gb: a 125,440-token prefill beside a stream decoding its 64 + 2,100 tokens
+    sixteen = json.loads((LEASE3 / "a-results.json").read_text())["runs"]["orin-nx-16gb:full"]
+    assert sixteen["stall"]["step"] == "re-prefill beside a decode"
+    assert sixteen["kv"]["num_blocks"] == 144
+    both = lo.blocks_per_seq(sixteen["reprefill_tokens"]) + lo.blocks_per_seq(64 + 2100)
+    assert both > 144 >= both - 6  # over the pool at the peak; the held blocks alone fit
 
 
 def test_plan_render_shows_the_hybrid_layout(model_dir: ModelDirFactory) -> None:
@@ -342,7 +388,11 @@ def test_plan_render_shows_the_hybrid_layout(model_dir: ModelDirFactory) -> None
     text = plan_memory(folder, profile).render("orin-nx-16gb")
     assert "13.3 KB fp8 (13 full-attention layers (1 MTP) x 2 x 2 KV heads x 256 x 1 B)" in text
     assert "blocks of 1,120 tokens, 13 pages of 1.15 MB (14.9 MB a block)" in text
-    assert "15 state blocks (3 GDN groups x 5); pool 144 blocks" in text
+    assert (
+        "15 state blocks (3 GDN groups x 5) + 3 while a prefill crosses a block; pool 144" in text
+    )
+    # 144 blocks hold one 128K sequence at its peak (136), not the profile's two streams
+    assert "full windows     1 of max_num_seqs 2 at once: a long prefill beside them stalls" in text
 
 
 def test_sliding_window_layers_are_capped_at_the_window(model_dir: ModelDirFactory) -> None:
