@@ -14,13 +14,14 @@ orin-nx-16gb run) and reproduced here to the byte:
   so a block costs page x group_size bytes whichever group owns it.
 - One sequence takes ceil(tokens / block) blocks in each attention group and, in each GDN
   group, 2 + k blocks with prefix caching (mamba "align" mode), 1 + k without (not measured).
+- One block of the pool is vLLM's null block, never given to a sequence (BlockPool; its
+  usage figure divides by num_blocks - 1).
 - With prefix caching a prefill chunk that crosses a block needs one block more in each GDN
-  group while it runs (measured, results/h200-2026-12-01-lease3/: a 65,280-token prompt
-  stalled in orin-nx-8gb's 76-block pool holding 73, one 60,780 tokens long completed; a
-  125,440-token prefill beside a decoding stream stalled at 141 of 144). vLLM 0.26 does not
-  refuse such a request: it preempts it, takes it back from the prefix cache to the same
-  place and preempts it again, forever. So the planner counts the peak, not what vLLM's
-  start check counts.
+  group while it runs (measured, results/h200-2026-12-01-lease3/: a 65,280-token prompt, 74
+  blocks held as vLLM counts, stalled in orin-nx-8gb's 76-block pool, 75 usable; a
+  60,780-token one, 73 at the peak, completed). vLLM 0.26 does not refuse such a request: it
+  goes on between running and waiting (preempted, taken back from the prefix cache to the
+  same place), forever. So the planner counts the peak, not what vLLM's start check counts.
 - With prefix caching vLLM refuses to start when max_num_batched_tokens is below the block.
 
 Qwen3-Next's attention also gates its output (q_proj is twice as wide) and the MTP module
@@ -88,7 +89,12 @@ class HybridLayout:
         return self.attention_groups * self.block_bytes // self.block_size
 
     def blocks(self, budget: int) -> int:
+        """Blocks of a pool of `budget` bytes (vLLM's null block included)."""
         return max(0, budget) // self.block_bytes
+
+    def usable_blocks(self, budget: int) -> int:
+        """Blocks sequences can get: all but vLLM's null block."""
+        return max(0, self.blocks(budget) - 1)
 
     def blocks_per_seq(self, tokens: int) -> int:
         """Blocks a sequence of `tokens` needs at its peak (what the pool must hold)."""
@@ -96,10 +102,11 @@ class HybridLayout:
         return attention + self.peak_state_blocks
 
     def needed_bytes(self, tokens: int) -> int:
-        return self.blocks_per_seq(tokens) * self.block_bytes
+        """The pool one sequence of `tokens` needs: its peak and the null block."""
+        return (self.blocks_per_seq(tokens) + 1) * self.block_bytes
 
     def one_seq_tokens(self, budget: int) -> int:
-        free = max(0, self.blocks(budget) - self.peak_state_blocks)
+        free = max(0, self.usable_blocks(budget) - self.peak_state_blocks)
         return free // max(1, self.attention_groups) * self.block_size
 
 

@@ -180,7 +180,7 @@ def build(
         changes["kv_need_predicted"] = kv_need
         if kv_mib:
             changes["kv_cache_memory_bytes_override"] = int(kv_fixed)
-        if kv_need["pool_bytes_min"] > int(kv_fixed):
+        if kv_need["pool_bytes_min"] > int(kv_fixed) and not kv_mib:  # an explicit pool stays
             # vLLM would compile, then refuse to start: run with the smallest budget that
             # holds max_model_len (+ one 64 MiB step); compare_plan.py recomputes what the
             # profile's budget holds from the layout measured.
@@ -230,15 +230,21 @@ async def gap_test(ctx: Ctx, llm: Any, p: Prompts, window: int, res: dict[str, A
     """One stream decodes while another prefills a window with nothing cached.
 
     The window is cut to what the pool holds beside the decoding stream (its state pages
-    and two attention blocks, so it may decode 2,100 tokens) with four blocks to spare: a
-    preemption would measure the pool, not the chunking, and on 2026-12-01 a prefill that
-    needed the pool's last blocks beside a decoding stream stalled (vLLM 0.26, align mode:
-    no preemption, no error; results/h200-2026-12-01-lease3/).
+    and two attention blocks, so it may decode 2,100 tokens) at both streams' peak with four
+    blocks to spare: a preemption would measure the pool, not the chunking, and on 2026-12-01
+    a prefill that needed the pool's last blocks beside a decoding stream stalled (vLLM 0.26,
+    align mode: running and waiting in turn, no error; results/h200-2026-12-01-lease3/).
     """
     kv = res.get("kv") or {}
     if kv.get("one_seq_tokens") and kv.get("state_pages_per_seq") is not None:
         block = kv["groups"][0]["block_size"] if kv.get("groups") else 16
-        room = kv["one_seq_tokens"] - (kv["state_pages_per_seq"] + 6) * block
+        # vLLM's one-sequence count holds one state; take off the second stream's state and
+        # its two attention blocks, both streams' transient blocks (one a GDN group), vLLM's
+        # null block, and four to spare
+        transient = len(kv.get("groups") or []) - 1  # the GDN groups (one attention group)
+        room = (
+            kv["one_seq_tokens"] - (kv["state_pages_per_seq"] + 2 + 2 * transient + 1 + 4) * block
+        )
         window = max(256, min(window, room))
     res["reprefill_tokens"] = window
     long_ids = p.fresh(window)
@@ -247,11 +253,13 @@ async def gap_test(ctx: Ctx, llm: Any, p: Prompts, window: int, res: dict[str, A
     task = asyncio.create_task(generate(llm, p.fresh(64), 2100, rid=rid, stamps=stamps))
     await asyncio.sleep(1.5)
     t_start = time.perf_counter()
-    pre = await bounded(ctx, res, "re-prefill beside a decode", generate(llm, long_ids, 1), 90)
-    t_end = time.perf_counter()
-    await llm.abort(rid)
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(task, 30)
+    try:
+        pre = await bounded(ctx, res, "re-prefill beside a decode", generate(llm, long_ids, 1), 90)
+    finally:  # a stalled re-prefill must not leave the decoding stream running
+        t_end = time.perf_counter()
+        await llm.abort(rid)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 30)
     res["decode_outlasted_reprefill"] = bool(stamps) and stamps[-1][0] >= t_end
     gaps = sorted(
         b - a for (a, _), (b, _) in itertools.pairwise(stamps) if t_start <= b <= t_end + 0.5
@@ -274,15 +282,21 @@ async def bounded(ctx: Ctx, res: dict[str, Any], step: str, coro: Any, cap_s: fl
     trace: Trace = ctx.trace
     began = trace.now()
     limit = max(5.0, min(cap_s, ctx.left() - 45))
-    try:
-        return await asyncio.wait_for(coro, limit)
-    except asyncio.TimeoutError:
-        pids = dump_engine_core()
-        await asyncio.sleep(3)  # the dump reaches the log
-        res["stall"] = {"step": step, "after_s": round(limit, 1), "engine_core_dumped": pids,
-                        "scheduler": trace.summary(since_s=began)}  # fmt: skip
-        ctx.save()
-        raise Stalled(f"{step}: no result in {limit:.0f} s") from None
+    task = asyncio.ensure_future(coro)
+    done, _ = await asyncio.wait({task}, timeout=limit)
+    if done:
+        return task.result()
+    # the stalled request is still in the engine while its threads are dumped; then cancel
+    # (vLLM's generate aborts the request when cancelled)
+    pids = dump_engine_core()
+    await asyncio.sleep(3)  # the dump reaches the log
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    res["stall"] = {"step": step, "after_s": round(limit, 1), "engine_core_dumped": pids,
+                    "scheduler": trace.summary(since_s=began)}  # fmt: skip
+    ctx.save()
+    raise Stalled(f"{step}: no result in {limit:.0f} s")
 
 
 async def measure_full(ctx: Ctx, llm: Any, profile: Any, res: dict[str, Any], vocab: int) -> None:
@@ -389,8 +403,22 @@ def floors() -> dict[str, Any]:
 # Rough device seconds of an engine start, to skip an item that cannot start before the
 # deadline. A started run saves what it measured after every step, so a run cut off by the
 # command's timeout still returns its memory and KV figures.
+VARIANTS = ("full", "warm", "nomtp")
+
+
+def _parse_item(item: str) -> tuple[str, str]:
+    """PROFILE[:VARIANT][:kv=MiB] -> (profile, 'VARIANT[:kv=MiB]'); the variant full if none."""
+    name, _, variant = item.partition(":")
+    if not variant or variant.startswith("kv="):
+        variant = f"full:{variant}" if variant else "full"
+    base, _, kv = variant.partition(":kv=")
+    if base not in VARIANTS or (kv and not kv.isdigit()):
+        raise SystemExit(f"run item {item!r}: PROFILE[:{'|'.join(VARIANTS)}][:kv=MiB]")
+    return name, variant
+
+
 def _cost(ctx: Ctx, variant: str) -> float:
-    if variant == "warm":
+    if variant.partition(":")[0] == "warm":
         return 30.0
     # The first cold start of the 4B hybrid took 316 s on the H200 (2026-12-01), not 200.
     return 330.0 if ctx.starts == 0 else 75.0
@@ -420,8 +448,7 @@ async def main_async(args: argparse.Namespace) -> None:
         ctx.results["shape"], ctx.results["weights"] = cfg, weights
         ctx.save()
         for item in args.runs.split(","):
-            name, _, variant = item.partition(":")
-            variant = variant or "full"
+            name, variant = _parse_item(item)
             item = f"{name}:{variant}"  # noqa: PLW2901 (the label run_one files it under)
             if ctx.left() < _cost(ctx, variant):
                 ctx.results["runs"][item] = {"skipped": f"deadline: {ctx.left():.0f} s left"}

@@ -294,8 +294,9 @@ def hybrid_kv_need(
     block id spans one page in each of `group_size` tensors; an attention group takes
     ceil(len / block) blocks a sequence, a linear-attention group 2 + k (align mode).
     `check_bytes` is the start check (layer sums, padding not counted), `pool_bytes_min` the
-    pool that lets the sequence finish: one block more in each linear-attention group while a
-    prefill chunk crosses a block (the 2026-12-01 lease-3 stalls; agent/engine/hybrid_layout.py).
+    pool vLLM starts with (the held blocks and its null block), `pool_bytes_peak` the pool that
+    lets the sequence finish: one block more in each linear-attention group while a prefill
+    chunk crosses a block (the 2026-12-01 lease-3 stalls; agent/engine/hybrid_layout.py).
     """
     layers = cfg["num_hidden_layers"]
     n_attn = layers // cfg["full_attention_interval"] + extra_attn_layers
@@ -314,5 +315,6 @@ def hybrid_kv_need(
         "blocks_per_seq": blocks,
         "check_bytes": (n_attn * attn_blocks + n_lin * state_blocks) * page,
         "transient_blocks": -(-n_lin // group),
-        "pool_bytes_min": (blocks + -(-n_lin // group)) * page * group,
+        "pool_bytes_min": blocks * page * group,
+        "pool_bytes_peak": (blocks + -(-n_lin // group) + 1) * page * group,
     }

@@ -25,9 +25,17 @@ from pathlib import Path
 from typing import Any
 
 _HOOK = """\
-# Written by bench/engine/sched_trace.py: SIGUSR1 prints every thread's stack to stderr.
-import faulthandler, signal, sys
+# Written by bench/engine/sched_trace.py: SIGUSR1 prints every thread's stack to stderr; then
+# the sitecustomize this one hides (the next on sys.path), if any, runs as before.
+import faulthandler, os, signal, sys
 faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+_here = os.path.dirname(os.path.abspath(__file__))
+for _d in sys.path:
+    _f = os.path.join(_d or ".", "sitecustomize.py")
+    if os.path.abspath(_d or ".") != _here and os.path.isfile(_f):
+        with open(_f) as _src:
+            exec(compile(_src.read(), _f, "exec"), {"__name__": "sitecustomize", "__file__": _f})
+        break
 """
 
 

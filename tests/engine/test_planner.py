@@ -156,9 +156,10 @@ def test_hybrid_counts_only_full_attention_layers(model_dir: ModelDirFactory, la
     assert plan.kv_bytes_per_token == 2 * 12 * 2 * 256 * 2 == 24_576
     block_bytes = 12 * 544 * 2048  # 13,369,344
     assert plan.fixed_bytes_per_seq == 3 * (2 + 1) * block_bytes == 120_324_096
-    # 4 GiB // 13,369,344 = 321 blocks, 9 of them one sequence's state at its peak
-    assert plan.kv_capacity_tokens == (321 - 9) * 544 == 169_728
-    assert plan.kv_needed_bytes == (-(-K128 // 544) + 9) * block_bytes  # 3.34 GB < 4 GiB
+    # 4 GiB // 13,369,344 = 321 blocks, one of them vLLM's null block, 9 one sequence's state
+    # at its peak
+    assert plan.kv_capacity_tokens == (321 - 1 - 9) * 544 == 169_184
+    assert plan.kv_needed_bytes == (-(-K128 // 544) + 9 + 1) * block_bytes  # 3.35 GB < 4 GiB
     assert plan.verdict == "fits 128K with bf16 KV"
 
 
@@ -215,10 +216,11 @@ def test_hybrid_4b_layout_is_the_one_vllm_built_on_the_h200(model_dir: ModelDirF
     # the planner plans the peak: one more block in each of the 3 GDN groups
     assert plan.fixed_bytes_per_seq == kv["state_bytes_per_seq"] + 3 * lo.block_bytes
     assert plan.kv_bytes_per_token == kv["attn_bytes_per_token"] == 13_312
-    assert plan.kv_capacity_tokens == kv["one_seq_tokens"] - 3 * 1120 == 141_120
+    # vLLM's count (the probe's one_seq_tokens) less the 3 transient blocks and the null one
+    assert plan.kv_capacity_tokens == kv["one_seq_tokens"] - 4 * 1120 == 140_000
     # vLLM's start check adds up layers (padding not counted); the pool needs whole blocks
     check = sum(g["max_memory_usage_bytes"] * g["layers"] for g in kv["groups"])
-    assert plan.kv_needed_bytes == lo.blocks_per_seq(K128) * lo.block_bytes
+    assert plan.kv_needed_bytes == (lo.blocks_per_seq(K128) + 1) * lo.block_bytes
     held = lo.blocks_per_seq(K128) - 3
     assert held == run["changes"]["kv_need_predicted"]["blocks_per_seq"]
     assert check <= held * lo.block_bytes <= 1.01 * check
@@ -263,7 +265,7 @@ def test_dummy_load_of_a_config_naming_its_gptq_layers_plans_what_vllm_loaded(
     kv = run["kv"]
     assert plan.layout is not None
     assert plan.layout.blocks(plan.kv_budget_bytes) == kv["num_blocks"]
-    assert plan.kv_capacity_tokens == kv["one_seq_tokens"] - 3 * 1120
+    assert plan.kv_capacity_tokens == kv["one_seq_tokens"] - 4 * 1120
     assert plan.layout.state_bytes_per_seq == kv["state_bytes_per_seq"]
     # the profile's runtime is the one measured at a machine's first start (the engine core
     # JIT-compiles its kernels: 0.4-0.8 GB more than a restart with warm caches)
@@ -341,45 +343,45 @@ def test_orin_8gb_kv_budget_holds_64k_of_the_hybrid(model_dir: ModelDirFactory) 
     short = profile.model_copy(update={"memory": profile.memory.model_copy(
         update={"kv_cache_memory_bytes": 1088 * 2**20})})  # fmt: skip
     assert (
-        "1.15 GB of KV needed (77 blocks), 1.14 GB available (76 blocks)"
+        "1.16 GB of KV needed (77 blocks + vLLM's null block), 1.14 GB available (76 blocks)"
         in plan_memory(folder, short).verdict
     )
     one_gib = profile.model_copy(
         update={"memory": profile.memory.model_copy(update={"kv_cache_memory_bytes": GiB})}
     )
     old = plan_memory(folder, one_gib)
-    assert "1.15 GB of KV needed (77 blocks), 1.07 GB available (72 blocks)" in old.verdict
-    assert old.kv_capacity_tokens == (72 - 18) * 1120 == 60_480
+    assert "1.16 GB of KV needed (77 blocks + vLLM's null block), 1.07 GB available" in old.verdict
+    assert old.kv_capacity_tokens == (72 - 1 - 18) * 1120 == 59_360
 
 
 LEASE3 = Path(__file__).parents[2] / "bench/engine/results/h200-2026-12-01-lease3"
 
 
 def test_the_peak_is_where_vllm_stalled(model_dir: ModelDirFactory) -> None:
-    """The third issue-20 lease: two requests that vLLM 0.26 neither finished nor refused
-    (preempted, taken back from the prefix cache, preempted again: the scheduler trace), and
-    one that finished, against the planner's peak count of blocks."""
+    """The third issue-20 lease: a request vLLM 0.26 neither finished nor refused (its
+    scheduler trace: running with nearly all of the pool, then waiting with none, over and
+    over) and one that finished, against the planner's peak count of blocks. The trace's
+    usage is held blocks over the pool less vLLM's null block."""
     eight = json.loads((LEASE3 / "b-results.json").read_text())["runs"]["orin-nx-8gb:full"]
     folder = model_dir(eight["config"])
     lo = plan_memory(folder, _as_run(load_engine_profile("orin-nx-8gb"), eight, folder)).layout
     assert lo is not None
     pool = eight["kv"]["num_blocks"]
-    assert pool == 76 and lo.block_size == 1120
+    usable = lo.usable_blocks(eight["kwargs"]["kv_cache_memory_bytes"])
+    assert (pool, usable, lo.block_size) == (76, 75, 1120)
+    window, stalled = eight["window_tokens"], eight["window_tokens"] + 4500
     # the 60,780-token window finished; the window + its 4,500-token segment never did
     assert eight["ttft_window_s"] > 0 and eight["stall"]["step"] == "append"
-    assert lo.blocks_per_seq(eight["window_tokens"]) <= pool
-    assert lo.blocks_per_seq(eight["window_tokens"] + 4500) == 77 > pool
-    # without the transient blocks the planner would have said both fit
-    assert lo.blocks_per_seq(eight["window_tokens"] + 4500) - 3 <= pool
-    # the trace: the request went between running with 96% of the pool and waiting with none
-    rows = {(r[1], r[2], round(r[3], 2)) for r in eight["stall"]["scheduler"]["steps"]}
-    assert {(1, 0, 0.96), (0, 1, 0.0)} <= rows
-    # orin-nx-16gb: a 125,440-token prefill beside a stream decoding its 64 + 2,100 tokens
-    sixteen = json.loads((LEASE3 / "a-results.json").read_text())["runs"]["orin-nx-16gb:full"]
-    assert sixteen["stall"]["step"] == "re-prefill beside a decode"
-    assert sixteen["kv"]["num_blocks"] == 144
-    both = lo.blocks_per_seq(sixteen["reprefill_tokens"]) + lo.blocks_per_seq(64 + 2100)
-    assert both > 144 >= both - 6  # over the pool at the peak; the held blocks alone fit
+    assert lo.blocks_per_seq(window) == 73 <= usable
+    assert lo.blocks_per_seq(stalled) == 77 > usable
+    # what vLLM counts (held: no transient blocks) fits, so it took the request
+    held = lo.blocks_per_seq(stalled) - 3
+    assert held <= usable
+    # the trace: at most exactly the held blocks, then none while waiting, alternating
+    steps = eight["stall"]["scheduler"]["steps"]
+    assert max(round(r[3] * usable) for r in steps) == held == 74
+    assert {(r[1], r[2]) for r in steps} >= {(1, 0), (0, 1)}
+    assert min(r[3] for r in steps if r[2] == 1) == 0.0
 
 
 def test_plan_render_shows_the_hybrid_layout(model_dir: ModelDirFactory) -> None:
@@ -388,9 +390,7 @@ def test_plan_render_shows_the_hybrid_layout(model_dir: ModelDirFactory) -> None
     text = plan_memory(folder, profile).render("orin-nx-16gb")
     assert "13.3 KB fp8 (13 full-attention layers (1 MTP) x 2 x 2 KV heads x 256 x 1 B)" in text
     assert "blocks of 1,120 tokens, 13 pages of 1.15 MB (14.9 MB a block)" in text
-    assert (
-        "15 state blocks (3 GDN groups x 5) + 3 while a prefill crosses a block; pool 144" in text
-    )
+    assert "+ 3 while a prefill crosses a block; pool 144 blocks, 143 usable" in text
     # 144 blocks hold one 128K sequence at its peak (136), not the profile's two streams
     assert "full windows     1 of max_num_seqs 2 at once: a long prefill beside them stalls" in text
 
