@@ -4,11 +4,11 @@ The 2026-12-01 lease saw orin-nx-8gb's 60,780-token window prefill never return,
 no log line saying why: in-process, vLLM prints its periodic stats only when someone calls
 `do_log_stats()` (the API server does; we did not). Two tools make such a stall explain itself:
 
-- `trace_factory()`: a stat logger (vLLM's `StatLoggerBase`) that keeps every step's
-  scheduler counters (running and waiting requests, KV pool usage, preemptions, prompt and
-  generated tokens) in a ring, and prints one line every few seconds while the engine runs.
-  A request waiting for blocks it never gets shows as running 0 / waiting 1 with no tokens;
-  one that preempts itself and recomputes shows preemptions and prompt tokens without end.
+- `trace_factory()`: the service's own vLLM stat logger (agent.engine.vllm_api) feeding a
+  `Trace`, which keeps every step's scheduler counters (running and waiting requests, KV
+  pool usage, preemptions) in a ring and prints one line every few seconds. A request that
+  cannot get the blocks it needs shows as running with nearly the whole pool, then waiting
+  with none, in turn (the lease-3 stalls; vLLM's preemption counter stays 0 in-process).
 - `install_thread_dump_hook()` + `dump_engine_core()`: every Python process started after
   the hook (the spawned engine core included) registers faulthandler on SIGUSR1, so a stalled
   engine core's threads can be printed into the log without stopping it.
@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from agent.engine.stats import StatsCollector, StepStats
 
 _HOOK = """\
 # Written by bench/engine/sched_trace.py: SIGUSR1 prints every thread's stack to stderr; then
@@ -39,45 +41,50 @@ for _d in sys.path:
 """
 
 
-class Trace:
-    """Per-step scheduler counters, a ring of the last `keep` steps plus running totals."""
+class Trace(StatsCollector):
+    """The service's own stats collector (agent.engine.stats, fed by the service's vLLM stat
+    logger), keeping every step's counters in a ring of the last `keep` steps as well."""
 
     def __init__(self, keep: int = 4000, every_s: float = 5.0) -> None:
-        self.steps: collections.deque[tuple[float, int, int, float, int, int, int]] = (
-            collections.deque(maxlen=keep)
+        super().__init__()
+        self.steps_ring: collections.deque[tuple[float, int, int, float, int]] = collections.deque(
+            maxlen=keep
         )
-        self.totals = {"steps": 0, "preempted": 0, "prompt_tokens": 0, "generated_tokens": 0}
         self.every_s, self._last_print, self.t0 = every_s, 0.0, time.monotonic()
 
-    def record(self, sched: Any, it: Any) -> None:
+    @property
+    def totals(self) -> dict[str, int]:
+        return {"steps": self.steps, "preempted": self.preemptions,
+                "prefix_queries": self.prefix_queries, "prefix_hits": self.prefix_hits}  # fmt: skip
+
+    def on_record(self, preempted: int, step: StepStats | None) -> None:
+        super().on_record(preempted, step)
+        if step is None:
+            return
         now = time.monotonic() - self.t0
-        running = int(getattr(sched, "num_running_reqs", 0) or 0)
-        waiting = int(getattr(sched, "num_waiting_reqs", 0) or 0)
-        usage = float(getattr(sched, "kv_cache_usage", 0.0) or 0.0)
-        pre = int(getattr(it, "num_preempted_reqs", 0) or 0)
-        prompt = int(getattr(it, "num_prompt_tokens", 0) or 0)
-        gen = int(getattr(it, "num_generation_tokens", 0) or 0)
-        self.steps.append((round(now, 3), running, waiting, round(usage, 4), pre, prompt, gen))
-        t = self.totals
-        t["steps"] += 1
-        t["preempted"] += pre
-        t["prompt_tokens"] += prompt
-        t["generated_tokens"] += gen
+        row = (
+            round(now, 3),
+            step.num_running,
+            step.num_waiting,
+            round(step.kv_usage, 4),
+            preempted,
+        )
+        self.steps_ring.append(row)
         if now - self._last_print >= self.every_s:
             self._last_print = now
             print(
-                f"[sched] t={now:.1f}s running={running} waiting={waiting} "
-                f"kv={100 * usage:.1f}% totals={t}",
+                f"[sched] t={now:.1f}s running={step.num_running} waiting={step.num_waiting} "
+                f"kv={100 * step.kv_usage:.1f}% totals={self.totals}",
                 flush=True,
             )
 
     def summary(self, since_s: float | None = None) -> dict[str, Any]:
         """Totals, and the steps from `since_s` (this trace's clock) on, thinned to 200."""
-        rows = [s for s in self.steps if since_s is None or s[0] >= since_s]
+        rows = [r for r in self.steps_ring if since_s is None or r[0] >= since_s]
         stride = max(1, len(rows) // 200)
         return {
-            "totals": dict(self.totals),
-            "columns": ["t_s", "running", "waiting", "kv_usage", "preempted", "prompt", "gen"],
+            "totals": self.totals,
+            "columns": ["t_s", "running", "waiting", "kv_usage", "preempted"],
             "steps": rows[::stride] + (rows[-1:] if rows and (len(rows) - 1) % stride else []),
             "steps_in_window": len(rows),
         }
@@ -87,27 +94,10 @@ class Trace:
 
 
 def trace_factory(trace: Trace) -> Any:
-    """A vLLM stat logger factory that feeds `trace` (pass it in `stat_loggers=[...]`)."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
+    """The service's vLLM stat logger, feeding `trace` (pass it in `stat_loggers=[...]`)."""
+    from agent.engine.vllm_api import stat_logger_factory
 
-    class _Logger(StatLoggerBase):
-        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-            self.engine_index = engine_index
-
-        def record(
-            self,
-            scheduler_stats: Any,
-            iteration_stats: Any,
-            mm_cache_stats: Any = None,
-            engine_idx: int = 0,
-        ) -> None:
-            if scheduler_stats is not None:
-                trace.record(scheduler_stats, iteration_stats)
-
-        def log_engine_initialized(self) -> None:
-            return None
-
-    return _Logger
+    return stat_logger_factory(trace)
 
 
 def install_thread_dump_hook(folder: Path) -> Path:
