@@ -159,7 +159,11 @@ def memory_table(label: str, run: dict[str, Any], plan: Any, unified: bool) -> s
         # 3: the stalls), so the last two rows are vLLM's count against the planner's peak
         ("state / sequence, held", held_state, m["fixed_per_seq"]),
         ("KV budget (pool)", plan.kv_budget_bytes, m["kv_budget"]),
-        ("KV needed at max_model_len (planner: the peak)", plan.kv_needed_bytes, m["kv_needed"]),
+        (
+            "KV needed at max_model_len (planner: peak + null block)",
+            plan.kv_needed_bytes,
+            m["kv_needed"],
+        ),
         (
             "KV capacity, one sequence (tokens; planner: at the peak)",
             plan.kv_capacity_tokens,
