@@ -52,7 +52,7 @@ from agent.watchdog.events import EventLog
 from agent.watchdog.monitor import MemoryWatchdog
 from agent.watchdog.probes import HostProbe, MemoryProbe, NvmlGpu
 from pipelines.analysis import Analyzer
-from pipelines.compat import TaskGroup
+from pipelines.compat import TaskGroup, cancel_until_done
 from pipelines.detect import KeywordDetector
 from pipelines.keyword_stage import KeywordStage
 
@@ -219,7 +219,11 @@ class Daemon:
                 await self.link.announce_stopped()
                 for task in background:
                     task.cancel()
-                link_task.cancel()
+                # Again until each ends: a cancellation swallowed by asyncio.wait_for before
+                # 3.12 (aiomqtt's PUBACK wait, in every publishing task and the link) would
+                # leave that task, and so the service, running.
+                for task in [*background, link_task]:
+                    await cancel_until_done(task)
             # Segments that arrived while we were disconnecting: process them, so their
             # alerts wait in the outbox for the next start.
             # (Their acknowledgements no longer reach the broker, which sends them again at
