@@ -2,9 +2,9 @@
 
 Also `cancel_until_done`: before Python 3.12, `asyncio.wait_for` can swallow a cancellation
 that arrives as its awaitable completes (CPython gh-86296), so one `cancel()` may not end a
-task awaiting such a call (aiomqtt awaits every PUBACK with it). Seen in CI on 3.10: a
-SIGTERM just as the link's `online` publish was acknowledged left the link serving messages
-and the service never exited.
+task awaiting such a call (aiomqtt awaits every PUBACK with it). A CI run on 3.10 saw the
+service not exit after a SIGTERM that came as the link's `online` publish was acknowledged
+(its log: `agent.stopping`, then `mqtt.connected`); this race fits it.
 """
 
 from __future__ import annotations
