@@ -241,7 +241,8 @@ async def gap_test(ctx: Ctx, llm: Any, p: Prompts, window: int, res: dict[str, A
         # vLLM's one-sequence count holds one state; take off the second stream's state and
         # its two attention blocks, both streams' transient blocks (one a GDN group), vLLM's
         # null block, and four to spare
-        transient = len(kv.get("groups") or []) - 1  # the GDN groups (one attention group)
+        groups = kv.get("groups") or []
+        transient = sum("Attention" not in g["type"] for g in groups)  # one a GDN group
         room = (
             kv["one_seq_tokens"] - (kv["state_pages_per_seq"] + 2 + 2 * transient + 1 + 4) * block
         )
