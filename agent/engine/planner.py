@@ -9,9 +9,11 @@ startup. The arithmetic, for one sequence at max_model_len:
     fixed per seq   = linear-attention state + sliding-window layers x window
     KV budget       = kv_cache_memory_bytes, or
                       gpu_memory_utilization x device memory - weights - activations
-                      - CUDA graphs - runtime
-    engine total    = runtime + weights + activations + CUDA graphs + KV budget, which must
-                      fit memory_bytes - reserve_bytes on unified memory / CPU
+                      - CUDA graphs - runtime (and, on a start that compiles, less the
+                      compile transient: capacity and verdict hold for that first start)
+    engine total    = runtime + weights + activations + CUDA graphs + KV budget + the CUDA
+                      context outside vLLM's budget, which must fit memory_bytes -
+                      reserve_bytes on unified memory / CPU, memory_bytes on a discrete GPU
 
 Activations and graphs are allowances, not measurements (documented in docs/engine.md);
 weights and KV are exact for dense models (vLLM sizes its pool with the same formula).
@@ -45,7 +47,10 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _DTYPE_LABEL = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _UNSCALED_ROPE = {"default", "llama3", "longrope", "su", "mrope", "linear_dynamic"}
 _DEFAULT_UTIL = 0.92  # vLLM's default gpu_memory_utilization
-_GRAPH_BASE = 80 << 20  # measured 0.08 GiB for 4 sizes, FULL_DECODE_ONLY (issue 20)
+# Measured on the H200 (issue 20; vLLM logs 0.01 GiB steps): FULL_DECODE_ONLY 0.08 GiB for 3
+# and for 4 sizes; FULL_AND_PIECEWISE 0.07 GiB for 4 sizes with the MTP drafter, 0.06 for 3
+# without it: the piecewise graphs share the pool, so they add no second set of sizes.
+_GRAPH_BASE = {"FULL_DECODE_ONLY": 80 << 20, "FULL_AND_PIECEWISE": 60 << 20}
 
 
 class PlanError(Exception):
@@ -66,7 +71,7 @@ class MemoryPlan:
     graph_bytes: int
     graph_sizes: int
     runtime_bytes: int
-    kv_budget_bytes: int
+    kv_budget_bytes: int  # a start with the compile cache warm
     kv_budget_source: str
     engine_total_bytes: int
     engine_limit_bytes: int
@@ -83,15 +88,23 @@ class MemoryPlan:
     attention_layers: int | None = None  # layers with KV, the MTP layers included
     layout: HybridLayout | None = None  # vLLM's pool of a GDN hybrid
     max_num_seqs: int = 1
+    context_bytes: int = 0  # the CUDA context outside vLLM's budget (discrete GPUs)
+    kv_first_start_bytes: int | None = None  # a start that compiles, when it is smaller
 
     @property
     def full_windows(self) -> int | None:
         """Sequences of max_model_len the pool holds at their peak at once (GDN hybrids)."""
         if self.layout is None:
             return None
-        return self.layout.usable_blocks(self.kv_budget_bytes) // self.layout.blocks_per_seq(
+        return self.layout.usable_blocks(self.kv_worst_bytes) // self.layout.blocks_per_seq(
             self.max_model_len
         )
+
+    @property
+    def kv_worst_bytes(self) -> int:
+        """The KV pool of the smallest start: a start that compiles, if that is smaller."""
+        first = self.kv_first_start_bytes
+        return self.kv_budget_bytes if first is None else min(first, self.kv_budget_bytes)
 
     def render(self, profile_name: str | None = None) -> str:
         s = self.shape
@@ -136,13 +149,23 @@ class MemoryPlan:
                 peak = self.layout.peak_state_blocks > self.layout.state_blocks
                 what = "state blocks, a prefill's peak" if peak else "state blocks"
             lines.append(("fixed / seq", f"{_gb(self.fixed_bytes_per_seq)} ({what})"))
+        context = f" + {_gb(self.context_bytes)} outside the budget" if self.context_bytes else ""
+        first = ""
+        if self.kv_first_start_bytes is not None:
+            first = f"; a start that compiles: {_gb(self.kv_first_start_bytes)}"
         lines += [
             ("activations", f"{_gb(self.activation_bytes)} (allowance for one prefill chunk)"),
             ("CUDA graphs", f"{_gb(self.graph_bytes)} ({self.graph_sizes} capture sizes)"),
-            ("runtime", f"{_gb(self.runtime_bytes)} (Python processes; CUDA context on GPUs)"),
-            ("KV budget", f"{_gb(self.kv_budget_bytes)} ({self.kv_budget_source})"),
+            (
+                "runtime",
+                f"{_gb(self.runtime_bytes)} (Python processes; CUDA context on GPUs)" + context,
+            ),
+            ("KV budget", f"{_gb(self.kv_budget_bytes)} ({self.kv_budget_source}){first}"),
             ("engine total", f"{_gb(self.engine_total_bytes)} of {_gb(self.engine_limit_bytes)}"),
-            ("KV capacity", f"{self.kv_capacity_tokens:,} tokens"),
+            (
+                "KV capacity",
+                f"{self.kv_capacity_tokens:,} tokens{' (a start that compiles)' if first else ''}",
+            ),
         ]
         ctx = f"{_ctx(self.max_context_tokens)}"
         if self.position_limit is not None and self.max_context_tokens == self.position_limit:
@@ -239,8 +262,8 @@ def _graphs(profile: EngineProfile, k: int) -> tuple[int, int]:
         limit = profile.cuda_graphs.max_capture_size or min(512, 2 * profile.max_num_seqs * (1 + k))
         sizes = [s for s in (1, 2, 4, *range(8, 256, 8), *range(256, 1025, 16)) if s <= limit]
     per_size = 2 << 20
-    both = 2 if profile.cuda_graphs.mode == "FULL_AND_PIECEWISE" else 1
-    return _GRAPH_BASE + per_size * len(sizes) * both, len(sizes)
+    base = _GRAPH_BASE.get(profile.cuda_graphs.mode, _GRAPH_BASE["FULL_DECODE_ONLY"])
+    return base + per_size * len(sizes), len(sizes)
 
 
 def _capacity(budget: int, fixed: int, per_token: int, block: int, cap: int) -> int:
@@ -277,11 +300,21 @@ def _budget(profile: EngineProfile, non_kv: int) -> tuple[int, int, str]:
             limit = int((util or _DEFAULT_UTIL) * device.memory_bytes)
         return int(mem.kv_cache_memory_bytes), limit, "kv_cache_memory_bytes"
     assert util is not None  # MemorySettings requires one of the two
-    limit = int(util * device.memory_bytes)
-    if shares_ram:
-        limit = min(limit, left_by_reserve)
+    share = int(util * device.memory_bytes)
+    # On a discrete GPU vLLM's share leaves the rest of the card to the CUDA context
+    # (outside its baseline), the desktop and the ASR model: the whole card is the limit.
+    limit = min(share, left_by_reserve) if shares_ram else int(device.memory_bytes)
     source = f"gpu_memory_utilization {util} of {_gb(device.memory_bytes)}, minus the rest"
-    return max(0, limit - non_kv), limit, source
+    return max(0, min(share, limit) - non_kv), limit, source
+
+
+def _first_start(profile: EngineProfile, kv_budget: int) -> int | None:
+    """The KV pool of a start that compiles, where the profile says it is smaller (measured,
+    issue 20 lease 4: vLLM's profiling run then also holds compile buffers); None if not."""
+    transient = int(profile.device.compile_transient_bytes)
+    if not transient or profile.memory.kv_cache_memory_bytes is not None:
+        return None
+    return max(0, kv_budget - transient)
 
 
 @dataclass(frozen=True)
@@ -368,10 +401,13 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
     runtime = int(profile.device.runtime_overhead_bytes)
     non_kv = runtime + weight_bytes + activations + graph_bytes
     kv_budget, limit, budget_source = _budget(profile, non_kv)
-    total = non_kv + kv_budget
+    context = int(profile.device.context_bytes)
+    total = non_kv + kv_budget + context
+    first_start = _first_start(profile, kv_budget)
+    worst = kv_budget if first_start is None else first_start
     positions = _position_limit(cfg)
     cap = positions if positions is not None else 1 << 40
-    kv = _kv(shape, cfg, profile, _KvArgs(dtype_bytes, fp8, k, mtp), budget=kv_budget, cap=cap)
+    kv = _kv(shape, cfg, profile, _KvArgs(dtype_bytes, fp8, k, mtp), budget=worst, cap=cap)
     layout, per_token, fixed, capacity, kv_needed, fp8_context = kv
     bandwidth = profile.device.memory_bandwidth_gbps
     floor = bandwidth * 1e9 / weight_bytes if bandwidth and weight_bytes else None
@@ -380,14 +416,15 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         reasons.append(
             f"max_model_len {profile.max_model_len:,} exceeds the model's {positions:,} positions"
         )
-    if kv_needed > kv_budget and layout is not None:
+    on_first = " on a start that compiles" if first_start is not None else ""
+    if kv_needed > worst and layout is not None:
         reasons.append(
             f"{kv_needed / 1e9:.2f} GB of KV needed ({layout.blocks_per_seq(profile.max_model_len)}"
-            f" blocks + vLLM's null block), {kv_budget / 1e9:.2f} GB available "
-            f"({layout.blocks(kv_budget)} blocks)"
+            f" blocks + vLLM's null block), {worst / 1e9:.2f} GB available{on_first} "
+            f"({layout.blocks(worst)} blocks)"
         )
-    elif kv_needed > kv_budget:
-        reasons.append(f"{_gb(kv_needed)} of KV needed, {_gb(kv_budget)} available")
+    elif kv_needed > worst:
+        reasons.append(f"{_gb(kv_needed)} of KV needed, {_gb(worst)} available{on_first}")
     if layout is not None and profile.enable_prefix_caching:
         tokens = profile.max_num_batched_tokens
         if tokens < layout.block_size:
@@ -399,7 +436,9 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
     if total > limit:
         reasons.append(
             f"the engine needs {_gb(total)} (weights {_gb(weight_bytes)}, KV {_gb(kv_budget)}, "
-            f"activations and graphs {_gb(activations + graph_bytes)}, runtime {_gb(runtime)}), "
+            f"activations and graphs {_gb(activations + graph_bytes)}, runtime {_gb(runtime)}"
+            + (f", CUDA context {_gb(context)}" if context else "")
+            + "), "
             f"{_gb(limit)} available"
         )
     fits = not reasons
@@ -420,7 +459,9 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         graph_bytes=graph_bytes,
         graph_sizes=graph_sizes,
         runtime_bytes=runtime,
+        context_bytes=context,
         kv_budget_bytes=kv_budget,
+        kv_first_start_bytes=first_start,
         kv_budget_source=budget_source,
         engine_total_bytes=total,
         engine_limit_bytes=limit,

@@ -74,6 +74,23 @@ class DeviceSettings(_Model):
         "the Python processes (torch and vLLM imported twice: frontend and engine core) "
         "and, on CUDA, the context and library workspaces.",
     )
+    context_bytes: ByteSize = Field(
+        ByteSize(0),
+        title="CUDA context",
+        description="On a discrete GPU: what the engine core holds before vLLM takes its "
+        "memory baseline (the CUDA context, loaded kernels). gpu_memory_utilization does not "
+        "cover it, so the card must; the planner adds it to the engine total. On unified "
+        "memory and CPU leave it 0: runtime_overhead_bytes, measured, already holds it.",
+    )
+    compile_transient_bytes: ByteSize = Field(
+        ByteSize(0),
+        title="Compile transient",
+        description="On a start that compiles (an empty compile cache, or a setting that "
+        "changes what is compiled), what vLLM's profiling run also counts against "
+        "gpu_memory_utilization (autotuning and compile buffers, gone afterwards): such a "
+        "start's KV pool is that much smaller. The planner's capacity and verdict hold for "
+        "that first start. No effect with kv_cache_memory_bytes.",
+    )
     memory_bandwidth_gbps: float | None = Field(
         None,
         gt=0,

@@ -85,6 +85,8 @@ def plan_for(run: dict[str, Any], shape: dict[str, Any], real: bool = False) -> 
         update.pop("load_format", None)
     if "speculative_config" not in kw:
         update["speculative"] = profile.speculative.model_copy(update={"method": "off"})
+    if run.get("variant") == "warm":  # started again, nothing to compile: no transient
+        update["device"] = profile.device.model_copy(update={"compile_transient_bytes": 0})
     folder = Path(tempfile.mkdtemp(prefix="plan-shape-"))
     (folder / "config.json").write_text(json.dumps(shape))
     return plan_memory(folder, profile.model_copy(update=update)), profile
@@ -158,7 +160,8 @@ def memory_table(label: str, run: dict[str, Any], plan: Any, unified: bool) -> s
         # sequence's peak, one block more a GDN group while a prefill crosses a block (lease
         # 3: the stalls), so the last two rows are vLLM's count against the planner's peak
         ("state / sequence, held", held_state, m["fixed_per_seq"]),
-        ("KV budget (pool)", plan.kv_budget_bytes, m["kv_budget"]),
+        # the smaller pool of a start that compiles where the profile names a transient
+        ("KV budget (pool)", plan.kv_worst_bytes, m["kv_budget"]),
         (
             "KV needed at max_model_len (planner: peak + null block)",
             plan.kv_needed_bytes,
@@ -173,12 +176,12 @@ def memory_table(label: str, run: dict[str, Any], plan: Any, unified: bool) -> s
         ("CUDA graphs", plan.graph_bytes, m["graphs"]),
         (
             "runtime (GPU non-torch" + (" + host RSS)" if unified else ")"),
-            plan.runtime_bytes,
+            plan.runtime_bytes + plan.context_bytes,
             runtime or None,
         ),
         (
             "engine total (GPU" + (" + host RSS)" if unified else ")"),
-            plan.engine_total_bytes,
+            plan.engine_total_bytes - (plan.kv_budget_bytes - plan.kv_worst_bytes),
             engine or None,
         ),
     ]

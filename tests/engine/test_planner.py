@@ -469,3 +469,37 @@ def test_plan_render_prints_the_numbers_and_the_verdict(model_dir: ModelDirFacto
     assert "23.0 KB bf16 (30 full-attention layers" in text
     assert "11,648 tokens" in text
     assert "0.3 GB bfloat16 (1 safetensors file)" in text
+
+
+LEASE4 = Path(__file__).parents[2] / "bench/engine/results/h200-2026-12-02-lease4"
+
+
+def test_a_discrete_gpu_plan_holds_both_starts_and_the_context(model_dir: ModelDirFactory) -> None:
+    """The fourth issue-20 lease: rtx4070-laptop-8gb's share of the card (util 0.85) started
+    twice on one H200. The start that compiled got a smaller KV pool than the warm one (its
+    profiling run counted compile buffers), and the engine process held more than its share
+    (the CUDA context, outside vLLM's baseline). The planner plans both."""
+    runs = json.loads((LEASE4 / "a-results.json").read_text())["runs"]
+    cold, warm = runs["rtx4070-laptop-8gb:full"], runs["rtx4070-laptop-8gb:warm"]
+    folder = model_dir(cold["config"])
+    profile = _as_run(load_engine_profile("rtx4070-laptop-8gb"), cold, folder)
+    plan = plan_memory(folder, profile)
+    assert plan.kv_first_start_bytes is not None and plan.layout is not None
+    assert cold["kv"]["tensor_bytes"] < warm["kv"]["tensor_bytes"]  # 3.00 against 3.61 GB
+    assert plan.kv_first_start_bytes == pytest.approx(cold["kv"]["tensor_bytes"], rel=0.10)
+    assert plan.kv_budget_bytes == pytest.approx(warm["kv"]["tensor_bytes"], rel=0.10)
+    assert plan.kv_worst_bytes == plan.kv_first_start_bytes
+    # capacity and verdict hold for the smaller, first start: one 128K window at its peak
+    assert plan.kv_capacity_tokens == pytest.approx(cold["kv"]["one_seq_tokens"], rel=0.10)
+    assert plan.fits and plan.full_windows == 1
+    # the warm engine's process held its share of the card and the context besides
+    share = profile.memory.gpu_memory_utilization * profile.device.memory_bytes
+    held = warm["after_load"]["proc"]["gpu_ours"]
+    assert held > share * 1.05
+    assert plan.engine_total_bytes == pytest.approx(held, rel=0.10)
+    assert plan.engine_limit_bytes == profile.device.memory_bytes
+    assert "a start that compiles" in plan.render()
+    # with a fixed pool there is no first-start shortfall to plan
+    pool = MemorySettings(kv_cache_memory_bytes=3 << 30, gpu_memory_utilization=0.85)
+    fixed = profile.model_copy(update={"memory": pool})
+    assert plan_memory(folder, fixed).kv_first_start_bytes is None
