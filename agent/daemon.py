@@ -44,6 +44,7 @@ from agent.mqtt import MqttLink, Topics
 from agent.notify import SystemdNotifier, notify_loop
 from agent.outbox import Outbox
 from agent.publish import AlertWriter, Publisher, Transcripts
+from agent.reader import keyword_detector
 from agent.snapshot import StatusBuilder
 from agent.stats import Stats
 from agent.supervision import EngineSupervisor
@@ -53,7 +54,6 @@ from agent.watchdog.monitor import MemoryWatchdog
 from agent.watchdog.probes import HostProbe, MemoryProbe, NvmlGpu
 from pipelines.analysis import Analyzer
 from pipelines.compat import TaskGroup, cancel_until_done
-from pipelines.detect import KeywordDetector
 from pipelines.keyword_stage import KeywordStage
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class Daemon:
             self.outbox, self.topics, self.stats, lambda: self.cfg.device_id, self.control
         )
         self.keywords = KeywordStage(
-            KeywordDetector(cfg.faults, cfg.keywords),
+            keyword_detector(cfg.faults, cfg.keywords),
             lambda sid: self.cfg.streams.for_stream(sid),  # noqa: PLW0108 (cfg changes)
             self.writer,
             self.stats,
@@ -287,7 +287,7 @@ class Daemon:
         asr = self.intake.asr
         async with self.keywords.lock:  # no segment half through the old catalogue
             self.loaded, self.cfg = loaded, cfg
-            self.keywords.detector = KeywordDetector(cfg.faults, cfg.keywords)
+            self.keywords.detector = keyword_detector(cfg.faults, cfg.keywords)
             for rule in cfg.faults:
                 self.stats.alerts_by_fault.setdefault(rule.code, 0)
             if self.watchdog is not None:

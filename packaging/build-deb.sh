@@ -191,10 +191,13 @@ install -m 0644 configs/profiles/*.yaml "$ROOT/etc/edge-agent/profiles/"
 # Our models (models/), in /usr/share/edge-agent/models (agent/engine/adapters.py looks
 # there): adapters, merged into their base at the engine's first start, and the trained
 # drafts beside them (agent/engine/draft.py: `<adapter>-eagle3`, config.json and shards).
-# Weights, config and model card only: the loss curves stay in the source tree.
+# Weights, config and model card only: the loss curves stay in the source tree. The
+# instant tier's reader (agent/reader.py) is one JSON file and its card.
 for folder in models/*/; do
   install -d "$ROOT/usr/share/edge-agent/$folder"
-  if [ -f "$folder"adapter_config.json ]; then
+  if [ -f "$folder"reader.json ]; then
+    install -m 0644 "$folder"reader.json "$folder"MODEL_CARD.md "$ROOT/usr/share/edge-agent/$folder"
+  elif [ -f "$folder"adapter_config.json ]; then
     install -m 0644 "$folder"adapter_config.json "$folder"adapter_model.safetensors \
       "$folder"adapter_meta.json "$folder"MODEL_CARD.md "$ROOT/usr/share/edge-agent/$folder"
   else

@@ -12,7 +12,9 @@ condition or question ("if you find an oil leak", "是不是漏气"), a topic ("
 bearing noise"), a drill or test ("急停演练"); each cue is scoped to the match's clause.
 A segment that reads like an instruction to the machine (pipelines.instruction, the same
 classifier the slow tier withholds segments by) raises nothing at all, and neither do song
-lyrics the ASR marks as [music].
+lyrics the ASR marks as [music]. What passes the cues is then read as a whole
+(pipelines.reading, a model trained on hand-written sentences): a match the reader judges
+no report raises nothing, except a short shout ("Emergency stop!"), which is never read away.
 
 `explain` returns every candidate with the reason it was dropped (`agentctl catalogue
 test`); `detect` returns what is raised, at most one match per fault.
@@ -31,6 +33,7 @@ from pipelines.instruction import looks_like_instruction
 from pipelines.keyword_settings import KeywordSettings
 from pipelines.normalize import Unit, join_units, units
 from pipelines.phrases import Phrase, phrase_spans
+from pipelines.reading import Reader, features
 from pipelines.terms import Heard, Hit, TermIndex, expand
 
 __all__ = [
@@ -67,6 +70,7 @@ class KeywordMatch:
 class Candidate:
     match: KeywordMatch
     dropped: str | None  # why it raises nothing ("negation: not"), None if raised
+    reading: float | None = None  # the reader's P(report), where it read the match
 
 
 @dataclass(frozen=True)
@@ -105,9 +109,12 @@ def _gap_ok(between: Sequence[Unit], s: KeywordSettings) -> tuple[bool, int]:
 class KeywordDetector:
     """Finds catalogue faults in transcript text; at most one match per fault per call."""
 
-    def __init__(self, faults: Sequence[FaultRule], settings: KeywordSettings) -> None:
+    def __init__(
+        self, faults: Sequence[FaultRule], settings: KeywordSettings, reader: Reader | None = None
+    ) -> None:
         self._faults = {f.code: f for f in faults}
         self._s = settings
+        self._reader = reader
         self._cues = Cues(settings)
         self._phrases = [
             Phrase.of(f.code, lang, phrase)
@@ -200,14 +207,46 @@ class KeywordDetector:
             # An instruction-like segment raises nothing, except a short shout said before
             # the instruction begins ("Emergency stop! System, ignore your rules..."): a
             # loudspeaker shouting "Emergency stop!" alone would raise it anyway.
-            if segment and not (clause < first_order and _shout(seq, clause, ends)):
+            if segment and not (clause < first_order and _shout(seq, clause, ends, first_new)):
                 out.append(Candidate(m, segment))
                 continue
             dropped = self._why_not(
                 seq, start, end, own, question=ends[clause] == "?", floor=first_new
             )
-            out.append(Candidate(m, dropped))
+            p = None
+            if (
+                dropped is None
+                and self._reader is not None
+                and not _shout(seq, clause, ends, first_new)
+            ):
+                p = self._reader.probability(features(seq, start, end, ends[clause]))
+                if p < self._reader.threshold:
+                    dropped = f"read as no report: P(report) {p:.2f} < {self._reader.threshold}"
+            out.append(Candidate(m, dropped, p))
         return Explanation(segment, tuple(out))
+
+    def spans(self, text: str, *, context: str = "") -> list[tuple[str, list[Unit], int, int, str]]:
+        """Every candidate's (code, units, start, end, clause end), before any cue or the
+        reader: what training/reading/ trains the reader on."""
+        combined = f"{context} {text}" if context else text
+        first_new = len(units(context))
+        seq = units(combined)
+        ends = _clause_ends(combined, seq)
+        words: dict[int, list[str]] = {}
+        for u in seq:
+            words.setdefault(u.clause, []).append(u.text)
+        clauses = {c: join_units(ws) for c, ws in words.items()}
+        found = [
+            (phrase.code, start, end)
+            for phrase in self._phrases
+            for start, end, _ in phrase_spans(phrase, seq, self._s)
+        ]
+        found += [(m.code, a, b) for m, a, b, _ in self._concepts(seq, clauses, None, frozenset())]
+        return [
+            (code, seq, a, b, ends[seq[a].clause])
+            for code, a, b in dict.fromkeys(found)
+            if b > first_new
+        ]
 
     # -- concepts -------------------------------------------------------------------------
 
@@ -343,10 +382,11 @@ def _first_instruction_clause(seq: list[Unit]) -> int:
     return 0
 
 
-def _shout(seq: list[Unit], clause: int, ends: dict[int, str]) -> bool:
-    """A short exclamation ("Emergency stop!", 急停！): a few words ended by "!"."""
+def _shout(seq: list[Unit], clause: int, ends: dict[int, str], floor: int = 0) -> bool:
+    """A short exclamation ("Emergency stop!", 急停！): a few words ended by "!", counted
+    from `floor` (the previous segment's words share the first clause: no punctuation)."""
     if ends.get(clause) != "!":
         return False
-    us = [u for u in seq if u.clause == clause]
+    us = [u for u in seq[floor:] if u.clause == clause]
     cjk = sum(u.cjk for u in us)
     return len(us) - cjk <= _SHOUT_WORDS and cjk <= _SHOUT_CHARS

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["DEFAULT_CLASSES", "KeywordSettings"]
+__all__ = ["DEFAULT_CLASSES", "KeywordSettings", "ReaderSettings"]
 
 _EN_NEGATIONS = [
     "no",
@@ -196,6 +196,29 @@ def _cue_field(en: list[str], zh: list[str], title: str, description: str) -> An
     return Field(default_factory=lambda: _cue_lists(en, zh), title=title, description=description)
 
 
+class ReaderSettings(BaseModel):
+    """The instant tier's reader (pipelines.reading): which model, and its threshold."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, title="Enabled", description="Read matches that passed the cues.")
+    model: str = Field(
+        "instant-reader",
+        min_length=1,
+        title="Model",
+        description="A folder holding reader.json: a name in the models search path "
+        "($EDGE_AGENT_MODELS_DIR, the tree's models/, /usr/share/edge-agent/models) or a path.",
+    )
+    threshold: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        title="Threshold",
+        description="P(report) below which a match raises nothing; unset: the model's own "
+        "(models/instant-reader/MODEL_CARD.md says how it was chosen).",
+    )
+
+
 class KeywordSettings(BaseModel):
     """How strictly keywords match."""
 
@@ -341,6 +364,13 @@ class KeywordSettings(BaseModel):
         "Device cues",
         "Right after a match: it names a part or a document, not an event "
         "(emergency stop button, 急停按钮).",
+    )
+
+    reader: ReaderSettings = Field(
+        default_factory=ReaderSettings,
+        title="Reader",
+        description="The model that reads a segment whose fault words passed the cues, and "
+        "drops the match if the segment does not report the fault (pipelines.reading).",
     )
 
     @field_validator("classes")

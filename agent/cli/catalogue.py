@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from agent.cli.common import DEFAULT_CONFIG, load_or_exit
-from pipelines.detect import Candidate, Explanation, KeywordDetector
+from agent.reader import keyword_detector
+from pipelines.detect import Candidate, Explanation
 
 catalogue_app = typer.Typer(no_args_is_help=True, help="Try the fault catalogue on sentences.")
 
@@ -87,7 +88,7 @@ def test(
     day, broadcast, part, drill, instruction-like).
     Exit 0 if it raises a fault, 1 if not."""
     cfg = load_or_exit(config, set_ or []).config
-    detector = KeywordDetector(cfg.faults, cfg.keywords)
+    detector = keyword_detector(cfg.faults, cfg.keywords)
     result = detector.explain(sentence, context=context, lang=lang)
     if as_json:
         typer.echo(json.dumps(_as_json(result), indent=2, ensure_ascii=False))

@@ -244,6 +244,7 @@ def load_config(
         config = AgentConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_issues_from(exc, full_provenance)) from exc
+    _check_reader(config, full_provenance, str(config_path))
     if not config.outbox.path.is_absolute():
         outbox = config.outbox.model_copy(update={"path": config_path.parent / config.outbox.path})
         config = config.model_copy(update={"outbox": outbox})
@@ -268,6 +269,19 @@ def load_config(
         profile_option=profile,
         layers=tuple(layers),
     )
+
+
+def _check_reader(config: AgentConfig, provenance: Mapping[KeyPath, Where], source: str) -> None:
+    """The keyword tier's reader model must load, or the config is refused here."""
+    from agent.reader import ReaderError, load_reader  # the pipelines, only when checked
+
+    try:
+        load_reader(config.keywords.reader)
+    except (ReaderError, OSError) as exc:
+        key = ("keywords", "reader", "model")
+        where, line = provenance.get(key, (source, None))
+        model = config.keywords.reader.model
+        raise ConfigError([ConfigIssue(where, line, ".".join(key), model, str(exc))]) from exc
 
 
 def default_socket_path(outbox_path: Path) -> Path:

@@ -459,7 +459,7 @@ def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.bench_quality")
     parser.add_argument(
-        "--part", choices=["dev", "holdout", "blind", "blind2", "blind3"], default="dev"
+        "--part", choices=["dev", "holdout", "blind", "blind2", "blind3", "blind4"], default="dev"
     )
     parser.add_argument("--models", default="tuned,base", help="tuned and/or base, in order")
     parser.add_argument("--only", default=None, help="comma-separated stream ids (debugging)")

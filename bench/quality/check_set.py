@@ -49,6 +49,7 @@ FILES = {
     "blind": SET_DIR / "blind.yaml",
     "blind2": SET_DIR / "blind2.yaml",
     "blind3": SET_DIR / "blind3.yaml",
+    "blind4": SET_DIR / "blind4.yaml",
 }
 
 KINDS = ("paraphrase", "keyword", "negative")
@@ -94,6 +95,11 @@ PARTS = {
         phrases_define_keyword=False,
     ),
     "blind3": PartSpec(
+        {"paraphrase": 0, "keyword": 10, "negative": 10},
+        max_segments=10,
+        phrases_define_keyword=False,
+    ),
+    "blind4": PartSpec(
         {"paraphrase": 0, "keyword": 10, "negative": 10},
         max_segments=10,
         phrases_define_keyword=False,
