@@ -4,7 +4,7 @@
 
 For each tree (the baseline first, then this one), a child interpreter with that tree on
 PYTHONPATH builds the detector from the tree's own configs/agent.yaml and times
-`detect()` on every segment of bench/quality/set/dev.yaml and on the sentences
+`detect()` (with the reader where the tree's daemon has one) on every segment of bench/quality/set/dev.yaml and on the sentences
 bench/alert_latency.py sends, each with a few words of context as the daemon passes them.
 A segment's time is the fastest of `--passes` passes (on a shared host the slower ones
 measure the neighbours). Prints a markdown table: p50, p95 and max in milliseconds.
@@ -41,7 +41,11 @@ from pipelines.detect import KeywordDetector
 tree, set_path, passes = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 phrases = json.loads(sys.argv[4])
 cfg = load_config(tree / "configs" / "agent.yaml", overrides=["llm.enabled=false"]).config
-det = KeywordDetector(cfg.faults, cfg.keywords)
+try:  # the detector as the tree's daemon builds it (with its reader, where it has one)
+    from agent.reader import keyword_detector
+    det = keyword_detector(cfg.faults, cfg.keywords)
+except ImportError:
+    det = KeywordDetector(cfg.faults, cfg.keywords)
 sets = {
     "dev segments": [t for s in yaml.safe_load(open(set_path)) for t in s["segments"]],
     "alert_latency sentences": [p.format(n=n) for n in range(20) for p in phrases],
