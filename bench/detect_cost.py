@@ -3,8 +3,9 @@
     .venv/bin/python bench/detect_cost.py --baseline /tmp/old [--passes 5]
 
 For each tree (the baseline first, then this one), a child interpreter with that tree on
-PYTHONPATH builds the detector from the tree's own configs/agent.yaml and times
-`detect()` (with the reader where the tree's daemon has one) on every segment of bench/quality/set/dev.yaml and on the sentences
+PYTHONPATH builds the detector from the tree's own configs/agent.yaml (with the reader
+where the tree's daemon has one) and times `detect()` on every segment of
+bench/quality/set/dev.yaml and on the sentences
 bench/alert_latency.py sends, each with a few words of context as the daemon passes them.
 A segment's time is the fastest of `--passes` passes (on a shared host the slower ones
 measure the neighbours). Prints a markdown table: p50, p95 and max in milliseconds.

@@ -166,16 +166,8 @@ class KeywordDetector:
             segment = "instruction-like: it addresses the machine, not people"
         elif _MUSIC.search(text):
             segment = "music: the ASR marked it as song"
-        combined = f"{context} {text}" if context else text
-        first_new = len(units(context))
-        # A segment boundary is no clause break: "there is no" + "bearing noise" is negated.
-        seq = units(combined)
-        ends = _clause_ends(combined, seq)
+        seq, first_new, ends, clauses = _heard(text, context)
         first_order = _first_instruction_clause(seq) if segment else 0
-        words: dict[int, list[str]] = {}
-        for u in seq:
-            words.setdefault(u.clause, []).append(u.text)
-        clauses = {c: join_units(ws) for c, ws in words.items()}
         found: list[tuple[KeywordMatch, int, int, str]] = []  # match, start, end, own
         for phrase in self._phrases:
             if phrase.code in exclude:
@@ -221,21 +213,14 @@ class KeywordDetector:
             ):
                 p = self._reader.probability(features(seq, start, end, ends[clause]))
                 if p < self._reader.threshold:
-                    dropped = f"read as no report: P(report) {p:.2f} < {self._reader.threshold}"
+                    dropped = f"read as no report: P(report) {p:.3f} < {self._reader.threshold}"
             out.append(Candidate(m, dropped, p))
         return Explanation(segment, tuple(out))
 
     def spans(self, text: str, *, context: str = "") -> list[tuple[str, list[Unit], int, int, str]]:
         """Every candidate's (code, units, start, end, clause end), before any cue or the
         reader: what training/reading/ trains the reader on."""
-        combined = f"{context} {text}" if context else text
-        first_new = len(units(context))
-        seq = units(combined)
-        ends = _clause_ends(combined, seq)
-        words: dict[int, list[str]] = {}
-        for u in seq:
-            words.setdefault(u.clause, []).append(u.text)
-        clauses = {c: join_units(ws) for c, ws in words.items()}
+        seq, first_new, ends, clauses = _heard(text, context)
         found = [
             (phrase.code, start, end)
             for phrase in self._phrases
@@ -359,6 +344,19 @@ class KeywordDetector:
         if cue := cues.drill(seq, start):
             return f"drill or test: {cue}"
         return None
+
+
+def _heard(text: str, context: str) -> tuple[list[Unit], int, dict[int, str], dict[int, str]]:
+    """The units of context + text, where the text's begin, each clause's closing
+    punctuation and each clause's words joined. A segment boundary is no clause break:
+    "there is no" + "bearing noise" is negated."""
+    combined = f"{context} {text}" if context else text
+    seq = units(combined)
+    words: dict[int, list[str]] = {}
+    for u in seq:
+        words.setdefault(u.clause, []).append(u.text)
+    clauses = {c: join_units(ws) for c, ws in words.items()}
+    return seq, len(units(context)), _clause_ends(combined, seq), clauses
 
 
 def _clause_ends(text: str, seq: list[Unit]) -> dict[int, str]:

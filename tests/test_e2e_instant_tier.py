@@ -1,5 +1,7 @@
 """The instant tier through the whole service (subprocess, mosquitto): a code-switched
-segment raises its fault, an instruction-like one raises nothing, a shout after it does."""
+segment raises its fault, an instruction-like one raises nothing, a shout after it does, and
+a segment the reader reads as no report (a training exercise) raises nothing before a real
+report on the same stream does."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ from agent.devbroker import DevBroker
 from tests.helpers import MqttWatcher, publish_all, segment_items
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+
+# the reader's P(report) for these, with the shipped model: 0.08 and 0.97
+TRAINING = "the trainer fakes a motor overload so the new starters can practise"
+REPORT = "the mixer motor is overloaded right now, it keeps tripping"
 
 
 def _row(stream: str, seq: int, text: str, lang: str) -> dict[str, Any]:
@@ -37,6 +44,8 @@ async def test_code_switched_and_instruction_like_segments(
             "en",
         ),
         _row("cmd-mic", 1, "emergency stop! somebody raise the alarm!", "en"),
+        _row("rd-mic", 0, TRAINING, "en"),
+        _row("rd-mic", 1, REPORT, "en"),
     ]
     await publish_all(broker.port, segment_items(prefix, rows))
 
@@ -45,13 +54,19 @@ async def test_code_switched_and_instruction_like_segments(
             (e["alert"]["stream_id"], e["alert"]["fault"]) for e in w.alerts() if e["type"] == "new"
         }
 
+    expected = {
+        ("mix-mic", "belt_slip"),
+        ("cmd-mic", "emergency_stop"),
+        ("rd-mic", "motor_overload"),
+    }
     await watcher.wait_for(
-        lambda w: {("mix-mic", "belt_slip"), ("cmd-mic", "emergency_stop")} <= new(w),
-        what="the code-switched fault and the shout",
+        lambda w: expected <= new(w), what="the code-switched fault, the shout, the report"
     )
     # Segments of a stream are processed in order: the instruction (seq 0) was judged
-    # before the shout (seq 1) raised its alert.
-    assert new(watcher) == {("mix-mic", "belt_slip"), ("cmd-mic", "emergency_stop")}
+    # before the shout (seq 1) raised its alert, the exercise before the report.
+    assert new(watcher) == expected
+    [overload] = [e["alert"] for e in watcher.alerts() if e["alert"]["stream_id"] == "rd-mic"]
+    assert [ev["text"] for ev in overload["evidence"]] == [REPORT]
     [slip] = [e["alert"] for e in watcher.alerts() if e["alert"]["fault"] == "belt_slip"]
     assert slip["label"] == "皮带打滑"
     assert slip["evidence"][0]["text"] == "二号线的 conveyor belt 又在 slipping 了"

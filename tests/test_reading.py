@@ -89,7 +89,7 @@ def test_a_match_the_reader_rejects_raises_nothing_and_says_why(tmp_path: Path) 
     assert result.raised == []
     leaks = [c for c in result.candidates if c.match.code == "leak"]
     assert leaks and all(c.reading == pytest.approx(0.0067, abs=1e-4) for c in leaks)
-    assert {c.dropped for c in leaks} == {"read as no report: P(report) 0.01 < 0.5"}
+    assert {c.dropped for c in leaks} == {"read as no report: P(report) 0.007 < 0.5"}
 
 
 def test_a_short_shout_is_never_read_away(tmp_path: Path) -> None:

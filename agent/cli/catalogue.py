@@ -24,11 +24,14 @@ def _describe(c: Candidate) -> list[str]:
         how = f"concept: subject {subject!r} + symptom {symptom!r}{said}"
     else:
         how = f'phrase "{m.keyword}" (heard "{m.matched}")'
-    return [
+    lines = [
         f"  {m.code} [{m.severity.value}] {m.label}",
         f"    {how}, score {m.score:.2f}",
         f'    clause: "{m.clause}"',
     ]
+    if c.reading is not None and c.dropped is None:
+        lines.append(f"    read as a report: P(report) {c.reading:.3f}")
+    return lines
 
 
 def render(text: str, lang: str | None, result: Explanation) -> str:
@@ -55,7 +58,7 @@ def _as_json(result: Explanation) -> dict[str, Any]:
     def match(c: Candidate) -> dict[str, Any]:
         d = asdict(c.match)
         d["severity"] = c.match.severity.value
-        return {**d, "dropped": c.dropped}
+        return {**d, "dropped": c.dropped, "reading": c.reading}
 
     return {
         "raised": sorted({m.code for m in result.raised}),
@@ -85,7 +88,8 @@ def test(
     """Which faults SENTENCE would raise and why: the phrase or the subject and symptom
     terms met, the clause, and for what was heard but not raised the cue that stopped it
     (negation, cleared, repaired, condition or question, topic, printed or shown, an earlier
-    day, broadcast, part, drill, instruction-like).
+    day, broadcast, part, drill, instruction-like) or the reader's P(report) below its
+    threshold (keywords.reader).
     Exit 0 if it raises a fault, 1 if not."""
     cfg = load_or_exit(config, set_ or []).config
     detector = keyword_detector(cfg.faults, cfg.keywords)
