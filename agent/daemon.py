@@ -285,9 +285,12 @@ class Daemon:
         cfg = loaded.config
         catalogue = cfg.faults != self.cfg.faults
         asr = self.intake.asr
+        # Built before anything changes (its reader file is read here, off the loop): if it
+        # cannot be, the apply fails whole and the running config stays.
+        detector = await asyncio.to_thread(keyword_detector, cfg.faults, cfg.keywords)
         async with self.keywords.lock:  # no segment half through the old catalogue
             self.loaded, self.cfg = loaded, cfg
-            self.keywords.detector = keyword_detector(cfg.faults, cfg.keywords)
+            self.keywords.detector = detector
             for rule in cfg.faults:
                 self.stats.alerts_by_fault.setdefault(rule.code, 0)
             if self.watchdog is not None:

@@ -23,7 +23,9 @@ READER_FILE = "reader.json"
 
 
 def reader_path(model: str) -> Path:
-    """reader.json of the folder `model` names: a path, or a name in the models search path.
+    """reader.json of the folder `model` names: a path (the config loader has made a
+    relative one absolute, from the config file's folder), or a name in the models search
+    path.
 
     Raises:
         ReaderError: no such folder or file.
@@ -44,12 +46,17 @@ def load_reader(settings: ReaderSettings) -> Reader | None:
     """The reader the settings name, or None when it is switched off.
 
     Raises:
-        ReaderError: not found, or not a usable model file.
+        ReaderError: not found, or not a usable model file (also when it vanishes between
+            being found and being read).
     """
     if not settings.enabled:
         return None
     path = reader_path(settings.model).resolve()
-    return _load(path, path.stat().st_mtime_ns, settings.threshold)
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise ReaderError(f"reader model {path}: {exc}") from exc
+    return _load(path, mtime, settings.threshold)
 
 
 @lru_cache(maxsize=4)

@@ -211,15 +211,17 @@ class KeywordDetector:
                 and self._reader is not None
                 and not _shout(seq, clause, ends, first_new)
             ):
-                p = self._reader.probability(features(seq, start, end, ends[clause]))
+                p = self._reader.probability(features(seq, start, end, ends[clause], first_new))
                 if p < self._reader.threshold:
                     dropped = f"read as no report: P(report) {p:.3f} < {self._reader.threshold}"
             out.append(Candidate(m, dropped, p))
         return Explanation(segment, tuple(out))
 
-    def spans(self, text: str, *, context: str = "") -> list[tuple[str, list[Unit], int, int, str]]:
-        """Every candidate's (code, units, start, end, clause end), before any cue or the
-        reader: what training/reading/ trains the reader on."""
+    def spans(
+        self, text: str, *, context: str = ""
+    ) -> list[tuple[str, list[Unit], int, int, str, int]]:
+        """Every candidate's (code, units, start, end, clause end, where the segment starts
+        in the units), before any cue or the reader: what training/reading/ trains on."""
         seq, first_new, ends, clauses = _heard(text, context)
         found = [
             (phrase.code, start, end)
@@ -228,7 +230,7 @@ class KeywordDetector:
         ]
         found += [(m.code, a, b) for m, a, b, _ in self._concepts(seq, clauses, None, frozenset())]
         return [
-            (code, seq, a, b, ends[seq[a].clause])
+            (code, seq, a, b, ends[seq[a].clause], first_new)
             for code, a, b in dict.fromkeys(found)
             if b > first_new
         ]

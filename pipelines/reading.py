@@ -7,12 +7,13 @@ fakes an overload so the new starters can practise") the reader judges: a logist
 the words of the segment with the fault's own words masked, trained on sentences written by
 hand for it (training/reading/, its model card in models/instant-reader/).
 
-Features, for a match at units [start, end) of the units heard (the previous segment's end
-included): the match becomes one token `<F>`; then word unigrams and bigrams, CJK character
-unigrams, bigrams and trigrams over the whole sequence; the same tagged `L:` / `R:` for the
-four units on each side of the match, `C:` for the match's clause, and the punctuation that
-ends that clause. Only strings: a model file is a map from feature to weight, readable and
-diffable, and the reader needs no numerical library (the service's path stays pure Python).
+Features, for a match at units [start, end) of the segment: the match becomes one token
+`<F>`; then word unigrams and bigrams, CJK character unigrams, bigrams and trigrams over the
+segment; the same tagged `L:` / `R:` for the four units on each side of the match, `C:` for
+the match's clause, the punctuation that ends that clause, and `P:` unigrams for the end of
+the previous segment the detector reads with it (a match may start there). Only strings:
+a model file is a map from feature to weight, readable and diffable, and the reader needs
+no numerical library (the service's path stays pure Python).
 """
 
 from __future__ import annotations
@@ -77,15 +78,22 @@ class Reader:
         return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 
 
-def features(seq: Sequence[Unit], start: int, end: int, clause_end: str = "") -> list[str]:
-    """The reader's features of a match at units [start, end) of `seq` (see the module)."""
+def features(
+    seq: Sequence[Unit], start: int, end: int, clause_end: str = "", floor: int = 0
+) -> list[str]:
+    """The reader's features of a match at units [start, end) of `seq` (see the module);
+    `seq[:floor]` is the previous segment's end, which gives only `P:` unigrams."""
+    floor = min(floor, start)
+    out = [f"P:{u.text}" for u in seq[:floor]]
+    seq = seq[floor:]
+    start, end = start - floor, end - floor
     toks = [u.text for u in seq[:start]] + [MASK] + [u.text for u in seq[end:]]
     cjk = [u.cjk for u in seq[:start]] + [False] + [u.cjk for u in seq[end:]]
     at = start  # the mask's index in toks
     clause = seq[start].clause if start < len(seq) else 0
     in_clause = [u.clause == clause for u in seq[:start]] + [True]
     in_clause += [u.clause == clause for u in seq[end:]]
-    out = [*_grams(toks, cjk, "")]
+    out += _grams(toks, cjk, "")
     left = slice(max(0, at - _SIDE), at)
     right = slice(at + 1, at + 1 + _SIDE)
     out += [f"L:{t}" for t in toks[left]] + [f"R:{t}" for t in toks[right]]

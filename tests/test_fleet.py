@@ -306,7 +306,9 @@ async def test_a_signed_catalogue_change_applies_live_and_every_bad_document_is_
     live_s = time.monotonic() - t0
     assert (ack["status"], ack["version"], ack["target"]) == ("applied", 1, target), ack
     assert ack["effective_hash"] and ack["applied_at"]
-    await _say(broker.port, prefix, "mic1", 1, "the conveyor jam is back on belt two")
+    # a plain report: the instant tier's reader judges the sentence too, and this test is
+    # about the catalogue arriving live, not about the reader (tests/test_reading.py)
+    await _say(broker.port, prefix, "mic1", 1, "conveyor jam on belt two right now, it's piling up")
     await watcher.wait_for(lambda w: any(a["alert"]["fault"] == "conveyor_jam" for a in w.alerts()),
                            what="the new keyword's alert")  # fmt: skip
     assert agent.proc.pid == pid and agent.alive

@@ -141,3 +141,22 @@ def test_reader_settings_are_bounded() -> None:
         KeywordSettings.model_validate({"reader": {"threshold": 1.0}})
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         KeywordSettings.model_validate({"reader": {"path": "x"}})
+
+
+def test_a_relative_reader_path_is_the_config_files_not_the_working_directorys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    _model(site, threshold=0.4)  # site/reader-model/reader.json
+    config = site / "agent.yaml"
+    agent = CONFIG.read_text(encoding="utf-8")
+    config.write_text(agent + "\n", encoding="utf-8")
+    (site / "profiles").symlink_to(REPO / "configs/profiles")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    loaded = load_config(config, overrides=["keywords.reader.model=./reader-model"])
+    assert loaded.config.keywords.reader.model == str(site / "reader-model")
+    reader = load_reader(loaded.config.keywords.reader)
+    assert reader is not None and reader.threshold == 0.4

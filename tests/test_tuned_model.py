@@ -14,8 +14,8 @@ import pytest
 import pytest_asyncio
 
 from agent.config.loader import load_config
+from agent.reader import keyword_detector
 from pipelines.analysis import AnalysisSettings, Analyzer
-from pipelines.detect import KeywordDetector
 from pipelines.evidence import AcceptedFault, looks_like_instruction
 
 pytest.importorskip("vllm")
@@ -79,7 +79,7 @@ def _analyzer(engine_link: tuple[Any, Any], found: list[tuple[str, AcceptedFault
 
 
 def _keyword_codes(segments: Sequence[str]) -> set[str]:
-    detector = KeywordDetector(CONFIG.faults, CONFIG.keywords)
+    detector = keyword_detector(CONFIG.faults, CONFIG.keywords)
     return {m.code for s in segments for m in detector.detect(s, lang="en")}
 
 

@@ -244,7 +244,7 @@ def load_config(
         config = AgentConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_issues_from(exc, full_provenance)) from exc
-    _check_reader(config, full_provenance, str(config_path))
+    config = _checked_reader(config, full_provenance, config_path)
     if not config.outbox.path.is_absolute():
         outbox = config.outbox.model_copy(update={"path": config_path.parent / config.outbox.path})
         config = config.model_copy(update={"outbox": outbox})
@@ -271,9 +271,22 @@ def load_config(
     )
 
 
-def _check_reader(config: AgentConfig, provenance: Mapping[KeyPath, Where], source: str) -> None:
-    """The keyword tier's reader model must load, or the config is refused here."""
+def _checked_reader(
+    config: AgentConfig, provenance: Mapping[KeyPath, Where], config_path: Path
+) -> AgentConfig:
+    """The keyword tier's reader model, a relative path made absolute from the config
+    file's folder (like outbox.path; a bare name is looked up in the models search path);
+    it must load, or the config is refused here."""
     from agent.reader import ReaderError, load_reader  # the pipelines, only when checked
+
+    reader = config.keywords.reader
+    if "/" in reader.model and not Path(reader.model).expanduser().is_absolute():
+        model = str(config_path.parent / reader.model)
+        keywords = config.keywords.model_copy(
+            update={"reader": reader.model_copy(update={"model": model})}
+        )
+        config = config.model_copy(update={"keywords": keywords})
+    source = str(config_path)
 
     try:
         load_reader(config.keywords.reader)
@@ -282,6 +295,7 @@ def _check_reader(config: AgentConfig, provenance: Mapping[KeyPath, Where], sour
         where, line = provenance.get(key, (source, None))
         model = config.keywords.reader.model
         raise ConfigError([ConfigIssue(where, line, ".".join(key), model, str(exc))]) from exc
+    return config
 
 
 def default_socket_path(outbox_path: Path) -> Path:

@@ -13,7 +13,7 @@ startup. The arithmetic, for one sequence at max_model_len:
                       compile transient: capacity and verdict hold for that first start)
     engine total    = runtime + weights + activations + CUDA graphs + KV budget + the CUDA
                       context outside vLLM's budget, which must fit memory_bytes -
-                      reserve_bytes on unified memory / CPU, memory_bytes on a discrete GPU
+                      reserve_bytes (on a discrete GPU: the card less the desktop and ASR)
 
 Activations and graphs are allowances, not measurements (documented in docs/engine.md);
 weights and KV are exact for dense models (vLLM sizes its pool with the same formula).
@@ -293,19 +293,32 @@ def _budget(profile: EngineProfile, non_kv: int) -> tuple[int, int, str]:
     util = mem.gpu_memory_utilization
     shares_ram = device.unified_memory or device.kind == "cpu"
     left_by_reserve = int(device.memory_bytes) - int(device.reserve_bytes)
+    # The engine, its CUDA context outside vLLM's share included, must leave reserve_bytes:
+    # on unified memory the OS, this daemon and ASR; on a discrete GPU the desktop and ASR.
     if mem.kv_cache_memory_bytes is not None:
-        if shares_ram:
-            limit = left_by_reserve
-        else:
-            limit = int((util or _DEFAULT_UTIL) * device.memory_bytes)
-        return int(mem.kv_cache_memory_bytes), limit, "kv_cache_memory_bytes"
+        return int(mem.kv_cache_memory_bytes), left_by_reserve, "kv_cache_memory_bytes"
     assert util is not None  # MemorySettings requires one of the two
     share = int(util * device.memory_bytes)
-    # On a discrete GPU vLLM's share leaves the rest of the card to the CUDA context
-    # (outside its baseline), the desktop and the ASR model: the whole card is the limit.
-    limit = min(share, left_by_reserve) if shares_ram else int(device.memory_bytes)
+    limit = min(share, left_by_reserve) if shares_ram else left_by_reserve
     source = f"gpu_memory_utilization {util} of {_gb(device.memory_bytes)}, minus the rest"
     return max(0, min(share, limit) - non_kv), limit, source
+
+
+def _kv_reasons(
+    profile: EngineProfile, layout: HybridLayout | None, needed: int, worst: int, first: bool
+) -> list[str]:
+    """Why the KV pool cannot hold max_model_len (none if it can); `worst` the smallest pool,
+    `first` whether that is a start that compiles."""
+    on_first = " on a start that compiles" if first else ""
+    if needed <= worst:
+        return []
+    if layout is None:
+        return [f"{_gb(needed)} of KV needed, {_gb(worst)} available{on_first}"]
+    return [
+        f"{needed / 1e9:.2f} GB of KV needed ({layout.blocks_per_seq(profile.max_model_len)}"
+        f" blocks + vLLM's null block), {worst / 1e9:.2f} GB available{on_first} "
+        f"({layout.blocks(worst)} blocks)"
+    ]
 
 
 def _first_start(profile: EngineProfile, kv_budget: int) -> int | None:
@@ -416,15 +429,7 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         reasons.append(
             f"max_model_len {profile.max_model_len:,} exceeds the model's {positions:,} positions"
         )
-    on_first = " on a start that compiles" if first_start is not None else ""
-    if kv_needed > worst and layout is not None:
-        reasons.append(
-            f"{kv_needed / 1e9:.2f} GB of KV needed ({layout.blocks_per_seq(profile.max_model_len)}"
-            f" blocks + vLLM's null block), {worst / 1e9:.2f} GB available{on_first} "
-            f"({layout.blocks(worst)} blocks)"
-        )
-    elif kv_needed > worst:
-        reasons.append(f"{_gb(kv_needed)} of KV needed, {_gb(worst)} available{on_first}")
+    reasons += _kv_reasons(profile, layout, kv_needed, worst, first_start is not None)
     if layout is not None and profile.enable_prefix_caching:
         tokens = profile.max_num_batched_tokens
         if tokens < layout.block_size:
@@ -433,6 +438,11 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
                 f"{layout.block_size:,} tokens, which vLLM refuses with prefix caching "
                 f"(mamba align mode): use {token_budget_needed(layout, profile.max_num_seqs, k):,}"
             )
+    if profile.memory.kv_cache_memory_bytes is None and kv_budget == 0:
+        reasons.append(
+            f"weights, activations, graphs and runtime ({_gb(non_kv)}) leave nothing of the "
+            f"gpu_memory_utilization share for KV"
+        )
     if total > limit:
         reasons.append(
             f"the engine needs {_gb(total)} (weights {_gb(weight_bytes)}, KV {_gb(kv_budget)}, "

@@ -63,9 +63,10 @@ class DeviceSettings(_Model):
     reserve_bytes: ByteSize = Field(
         ByteSize(0),
         title="Reserved memory",
-        description="On unified memory: what the OS, this daemon and the ASR model need; the "
-        "engine must fit in memory_bytes minus this. Ignored on a discrete GPU, where "
-        "gpu_memory_utilization leaves the rest.",
+        description="What the engine must leave of memory_bytes: on unified memory the OS, "
+        "this daemon and the ASR model; on a discrete GPU the desktop session and whatever "
+        "else uses the card (the ASR model on cuda). The planner refuses an engine total, "
+        "the CUDA context included, above memory_bytes minus this.",
     )
     runtime_overhead_bytes: ByteSize = Field(
         ByteSize(1 << 30),

@@ -213,6 +213,10 @@ def _context(b: _Builder, context_tokens: int, answer_tokens: int, kv: KvRates |
         b.push("context", name + ")", _set(cur, **changes), tokens)
 
 
+# Device fields the planner gained after ladders were persisted (issue 20, fourth lease).
+_PLAN_ONLY_DEVICE_FIELDS = ("context_bytes", "compile_transient_bytes")
+
+
 def ladder_fingerprint(
     profile: EngineProfile,
     context_tokens: int | None,
@@ -225,8 +229,12 @@ def ladder_fingerprint(
     rates = [kv.per_token, kv.fixed_per_seq] if kv else None
     if kv and kv.min_batched_tokens and rates:  # only where there is a floor, so that other
         rates.append(kv.min_batched_tokens)  # ladders keep the fingerprint they had
+    dumped = profile.model_dump(mode="json")
+    for key in _PLAN_ONLY_DEVICE_FIELDS:  # added later: unset, a ladder keeps its fingerprint
+        if not dumped["device"].get(key):
+            dumped["device"].pop(key, None)
     data = {
-        "profile": profile.model_dump(mode="json"),
+        "profile": dumped,
         "context": context_tokens,
         "answer": answer_tokens,
         "kv": rates,

@@ -52,6 +52,7 @@ if str(ROOT) not in sys.path:
 
 from agent.config.loader import load_config  # noqa: E402
 from agent.engine.paths import cache_dir  # noqa: E402
+from agent.reader import keyword_detector  # noqa: E402
 from bench._common import machine, md_table, percentile  # noqa: E402
 from bench.asr.sentences import SENTENCES, Sentence  # noqa: E402
 from pipelines.asr.decode import decode_clip  # noqa: E402
@@ -671,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = cfg.asr
     if args.threads is not None:
         base = base.model_copy(update={"cpu_threads": args.threads})
-    detector = KeywordDetector(cfg.faults, cfg.keywords)
+    detector = keyword_detector(cfg.faults, cfg.keywords)  # as the service builds it
     t0 = time.perf_counter()
     audios = synthesize(SENTENCES)
     synth_s = time.perf_counter() - t0
@@ -725,7 +726,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "WER: English, lowercased, punctuation and hyphens removed, contractions expanded, "
         "digits mapped to words (`3` -> `three`, `10.30` -> `ten thirty`, `5th` -> `fifth`). "
         "CER: Mandarin characters, punctuation and spaces removed. Fault recall: the keyword "
-        "tier (`KeywordDetector`, configs/agent.yaml) finds the expected fault in the "
+        "tier (`KeywordDetector` with its reader, configs/agent.yaml) finds the expected fault "
+        "in the "
         "transcript. False alarms: non-fault clips with any fault found. Loops: transcripts "
         "with one word (character) four times in a row or more than twice the words spoken. "
         "RTF and ms per clip: `WhisperRecognizer.transcribe` (VAD, language choice, decoding) "

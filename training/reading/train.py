@@ -12,8 +12,9 @@ keyword tier finds in a segment (pipelines.detect.KeywordDetector.spans: phrases
 concepts, before any cue) is one example, its features those the service computes.
 
 The model: logistic regression, class-balanced, L2, full-batch gradient descent with a
-fixed number of steps from zero weights, so one command gives the same file (numpy only
-here; the service reads the weights with no numerical library).
+fixed number of steps from zero weights, so one command gives the same weights (to their
+4th decimal, which is what the file keeps; numpy only here, the service reads the weights
+with no numerical library). `trained_on` names every input file by its digest.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ def corpus_examples(
             own = [s for s in spans if s[0] == item["code"]] or spans
             seen["segments"] += 1
             seen["no candidate" if not own else "with a candidate"] += 1
-            for _, seq, a, b, end in own:
-                out.append(Example(tuple(features(seq, a, b, end)), int(item["report"]), path.name))
+            for _, seq, a, b, end, floor in own:
+                feats = tuple(features(seq, a, b, end, floor))
+                out.append(Example(feats, int(item["report"]), path.name))
     return out, seen
 
 
@@ -88,10 +90,10 @@ def part_examples(det: KeywordDetector, parts: Iterable[str]) -> list[Example]:
                 if st["kind"] != "negative" and i not in st["evidence"]:
                     continue  # talk around a fault: neither label is sure
                 label = int(st["kind"] != "negative")
-                for code, seq, a, b, end in det.spans(text, context=context):
+                for code, seq, a, b, end, floor in det.spans(text, context=context):
                     if label and code not in st["faults"]:
                         continue
-                    out.append(Example(tuple(features(seq, a, b, end)), label, part))
+                    out.append(Example(tuple(features(seq, a, b, end, floor)), label, part))
     return out
 
 
@@ -177,7 +179,10 @@ def main() -> None:
         "bias": bias,
         "trained_on": {
             "corpus": {f.name: hashlib.sha256(f.read_bytes()).hexdigest()[:16] for f in files},
-            "parts": parts,
+            "parts": {
+                p: hashlib.sha256((SET_DIR / f"{p}.yaml").read_bytes()).hexdigest()[:16]
+                for p in parts
+            },
             "examples": {"report": labels[1], "no report": labels[0]},
             "corpus segments": dict(seen),
             "l2": args.l2,
