@@ -414,7 +414,9 @@ async def test_a_kill_during_apply_leaves_the_last_known_good_in_force(
     assert (ack["status"], ack["version"]) == ("rolled_back", 1) and "interrupted" in ack["reason"]
     saved = json.loads(state.read_text())
     assert saved["pending"] is None and saved["layers"] == {}
-    await _say(broker.port, prefix, "mic1", 1, "a pallet fall and the temperature is over limit")
+    # a plain report (the reader reads "a pallet fall and the temperature is over limit" as
+    # no report: models/instant-reader/MODEL_CARD.md, Limits)
+    await _say(broker.port, prefix, "mic1", 1, "oven two, temperature is over limit now")
     await watcher.wait_for(lambda w: len(w.alerts()) >= 1, what="an alert")
     assert {a["alert"]["fault"] for a in watcher.alerts()} == {"temperature_over_limit"}
 

@@ -118,6 +118,7 @@ def container(
         _etc(work / "etc", broker, prefix): Path("/etc/edge-agent"),
         units / "edge-agent.service": Path("/etc/systemd/system/edge-agent.service"),
         units / "edge-agent.service.d": Path("/etc/systemd/system/edge-agent.service.d"),
+        REPO / "models": Path("/usr/share/edge-agent/models"),  # the instant tier's reader
     }
     box = Container(root, binds, work / "console.log")
     try:

@@ -160,7 +160,7 @@ def main() -> None:
     ap.add_argument("--l2", type=float, default=1e-3)
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--lr", type=float, default=2.0)
-    ap.add_argument("--threshold", type=float, default=0.2)
+    ap.add_argument("--threshold", type=float, default=0.15)
     ap.add_argument("--sweep", type=float, nargs="+", default=[0.2, 0.3, 0.4, 0.5])
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
