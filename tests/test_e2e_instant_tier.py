@@ -16,7 +16,7 @@ from tests.helpers import MqttWatcher, publish_all, segment_items
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
-# the reader's P(report) for these, with the shipped model: 0.08 and 0.97
+# the reader's P(report) for these, with the shipped model: about 0.1 and 0.96
 TRAINING = "the trainer fakes a motor overload so the new starters can practise"
 REPORT = "the mixer motor is overloaded right now, it keeps tripping"
 

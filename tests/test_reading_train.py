@@ -52,7 +52,8 @@ def test_one_command_remakes_the_shipped_reader(tmp_path: Path) -> None:
     made = json.loads((tmp_path / "reader.json").read_text(encoding="utf-8"))
     shipped = json.loads(SHIPPED.read_text(encoding="utf-8"))
     assert made["trained_on"] == shipped["trained_on"]
-    assert (made["threshold"], made["bias"]) == (shipped["threshold"], shipped["bias"])
+    assert made["threshold"] == shipped["threshold"]
+    assert made["bias"] == pytest.approx(shipped["bias"], abs=2e-4)
     # the same features; each weight to its 4th decimal, bar a last-digit rounding
     assert made["weights"].keys() == shipped["weights"].keys()
     worst = max(abs(made["weights"][k] - v) for k, v in shipped["weights"].items())

@@ -299,9 +299,13 @@ def _budget(profile: EngineProfile, non_kv: int) -> tuple[int, int, str]:
         return int(mem.kv_cache_memory_bytes), left_by_reserve, "kv_cache_memory_bytes"
     assert util is not None  # MemorySettings requires one of the two
     share = int(util * device.memory_bytes)
-    limit = min(share, left_by_reserve) if shares_ram else left_by_reserve
     source = f"gpu_memory_utilization {util} of {_gb(device.memory_bytes)}, minus the rest"
-    return max(0, min(share, limit) - non_kv), limit, source
+    if shares_ram:  # the reserve also caps what vLLM may take of the shared RAM
+        limit = min(share, left_by_reserve)
+        return max(0, limit - non_kv), limit, source
+    # On a discrete GPU vLLM takes its share whatever the reserve: a share over the card
+    # less the reserve shows as an engine total over the limit, not as a smaller pool.
+    return max(0, share - non_kv), left_by_reserve, source
 
 
 def _kv_reasons(

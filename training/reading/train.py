@@ -120,31 +120,46 @@ def fit(
     return {names[i]: round(float(v), 4) for i, v in enumerate(w) if abs(v) >= 1e-3}, round(b, 4)
 
 
-def stream_table(det: KeywordDetector, parts: Iterable[str]) -> list[dict[str, Any]]:
+def stream_table(
+    det: KeywordDetector, parts: Iterable[str], base: KeywordDetector
+) -> list[dict[str, Any]]:
+    """Per part: streams found / alarmed, and per segment what `det` keeps of what `base`
+    (the cues alone) raises: the keyword streams' evidence segments, the negatives' segments.
+    The threshold rule reads the evidence segments kept (>= 0.97)."""
     rows = []
     for part in parts:
-        found = neg = inj = kw = negs = injs = 0
+        c: Counter[str] = Counter()
         for st in yaml.safe_load((SET_DIR / f"{part}.yaml").read_text(encoding="utf-8")):
             tail: list[str] = []
             codes: set[str] = set()
-            for text in st["segments"]:
+            for i, text in enumerate(st["segments"]):
                 context = join_units(tail[-CONTEXT_UNITS:])
-                codes |= {m.code for m in det.detect(text, context=context, lang=st["lang"])}
                 tail = (tail + [u.text for u in units(text)])[-CONTEXT_UNITS:]
+                said = {m.code for m in det.detect(text, context=context, lang=st["lang"])}
+                cued = {m.code for m in base.detect(text, context=context, lang=st["lang"])}
+                codes |= said
+                if st["kind"] == "keyword" and i in st["evidence"] and cued & set(st["faults"]):
+                    c["evidence"] += 1
+                    c["evidence kept"] += bool(said & set(st["faults"]))
+                elif st["kind"] == "negative" and cued:
+                    c["negative"] += 1
+                    c["negative kept"] += bool(said)
             if st["kind"] == "keyword":
-                kw += 1
-                found += set(st["faults"]) <= codes
+                c["kw"] += 1
+                c["found"] += set(st["faults"]) <= codes
             elif st["kind"] == "negative":
-                negs += 1
-                neg += bool(codes)
-                injs += st["negative"] == "injection"
-                inj += bool(codes) and st["negative"] == "injection"
+                c["negs"] += 1
+                c["neg"] += bool(codes)
+                c["injs"] += st["negative"] == "injection"
+                c["inj"] += bool(codes) and st["negative"] == "injection"
         rows.append(
             {
                 "part": part,
-                "keyword found": f"{found}/{kw}",
-                "negatives alarmed": f"{neg}/{negs}",
-                "injections alarmed": f"{inj}/{injs}",
+                "keyword found": f"{c['found']}/{c['kw']}",
+                "negatives alarmed": f"{c['neg']}/{c['negs']}",
+                "injections alarmed": f"{c['inj']}/{c['injs']}",
+                "evidence segments kept": f"{c['evidence kept']}/{c['evidence']}",
+                "negative segments still raised": f"{c['negative kept']}/{c['negative']}",
             }
         )
     return rows
@@ -161,7 +176,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--lr", type=float, default=2.0)
     ap.add_argument("--threshold", type=float, default=0.15)
-    ap.add_argument("--sweep", type=float, nargs="+", default=[0.2, 0.3, 0.4, 0.5])
+    ap.add_argument("--sweep", type=float, nargs="+", default=[0.05, 0.1, 0.15, 0.2, 0.3])
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
     evals = [p for p in args.eval.split(",") if p]
@@ -196,10 +211,10 @@ def main() -> None:
     path.write_text(json.dumps(model, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
     print(f"wrote {path}: {len(weights)} weights from {len(examples)} examples {dict(labels)}")
     if evals:
-        rows = [{"reader": "none", **r} for r in stream_table(base, evals)]
+        rows = [{"reader": "none", **r} for r in stream_table(base, evals, base)]
         for cut in args.sweep:
             read = detector(Reader.from_file(path, threshold=cut))
-            rows += [{"reader": f"threshold {cut}", **r} for r in stream_table(read, evals)]
+            rows += [{"reader": f"threshold {cut}", **r} for r in stream_table(read, evals, base)]
         heads = list(rows[0])
         print("| " + " | ".join(heads) + " |\n|" + "---|" * len(heads))
         for r in rows:
