@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from agent.engine.adapters import models_search_path
+from agent.engine.adapters import model_folders
 from pipelines.catalogue import FaultRule
 from pipelines.detect import KeywordDetector, KeywordSettings
 from pipelines.keyword_settings import ReaderSettings
@@ -30,11 +30,7 @@ def reader_path(model: str) -> Path:
     Raises:
         ReaderError: no such folder or file.
     """
-    direct = Path(model).expanduser()
-    if direct.is_absolute() or "/" in model:
-        candidates = [direct]
-    else:
-        candidates = [root / model for root in models_search_path()]
+    candidates = model_folders(model)
     for folder in candidates:
         if (folder / READER_FILE).is_file():
             return folder / READER_FILE

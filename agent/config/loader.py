@@ -277,22 +277,21 @@ def _checked_reader(
     """The keyword tier's reader model, a relative path made absolute from the config
     file's folder (like outbox.path; a bare name is looked up in the models search path);
     it must load, or the config is refused here."""
+    from agent.engine.adapters import is_model_path
     from agent.reader import ReaderError, load_reader  # the pipelines, only when checked
 
     reader = config.keywords.reader
-    if "/" in reader.model and not Path(reader.model).expanduser().is_absolute():
+    if is_model_path(reader.model) and not Path(reader.model).expanduser().is_absolute():
         model = str(config_path.parent / reader.model)
         keywords = config.keywords.model_copy(
             update={"reader": reader.model_copy(update={"model": model})}
         )
         config = config.model_copy(update={"keywords": keywords})
-    source = str(config_path)
-
     try:
         load_reader(config.keywords.reader)
     except (ReaderError, OSError) as exc:
         key = ("keywords", "reader", "model")
-        where, line = provenance.get(key, (source, None))
+        where, line = provenance.get(key, (str(config_path), None))
         model = config.keywords.reader.model
         raise ConfigError([ConfigIssue(where, line, ".".join(key), model, str(exc))]) from exc
     return config

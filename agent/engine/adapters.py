@@ -38,7 +38,9 @@ __all__ = [
     "Merged",
     "ensure_merged",
     "find_adapter",
+    "is_model_path",
     "model_digest",
+    "model_folders",
     "models_search_path",
 ]
 
@@ -67,20 +69,31 @@ def models_search_path() -> list[Path]:
     return [*roots, _REPO_MODELS, _INSTALLED_MODELS]
 
 
+def is_model_path(name_or_path: str) -> bool:
+    """A path (absolute, or with a '/'), not a name to look up in the models search path."""
+    return Path(name_or_path).expanduser().is_absolute() or "/" in name_or_path
+
+
+def model_folders(name_or_path: str) -> list[Path]:
+    """Where a model folder named `name_or_path` may be, in order: itself if it is a path,
+    else that name under every root of the models search path (adapters, drafts, the
+    instant tier's reader)."""
+    if is_model_path(name_or_path):
+        return [Path(name_or_path).expanduser()]
+    return [root / name_or_path for root in models_search_path()]
+
+
 def find_adapter(name_or_path: str) -> Path:
     """An adapter folder by name (in the models search path) or by path.
 
     Raises:
         AdapterInvalid: not found.
     """
-    direct = Path(name_or_path).expanduser()
-    if direct.is_absolute() or "/" in name_or_path:
-        if direct.is_dir():
-            return direct
-        raise AdapterInvalid(f"no adapter folder {direct}")
-    for root in models_search_path():
-        if (root / name_or_path).is_dir():
-            return root / name_or_path
+    for folder in model_folders(name_or_path):
+        if folder.is_dir():
+            return folder
+    if is_model_path(name_or_path):
+        raise AdapterInvalid(f"no adapter folder {Path(name_or_path).expanduser()}")
     searched = ", ".join(str(r) for r in models_search_path())
     raise AdapterInvalid(f"no adapter {name_or_path!r} in {searched}")
 

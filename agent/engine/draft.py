@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.engine.adapters import ADAPTER_META, models_search_path
+from agent.engine.adapters import ADAPTER_META, model_folders
 from agent.engine.model_config import read_config, text_config
 
 __all__ = [
@@ -48,13 +48,7 @@ class DraftInfo:
 
 
 def _by_name(name_or_path: str) -> Path | None:
-    direct = Path(name_or_path).expanduser()
-    if direct.is_absolute() or "/" in name_or_path:
-        return direct if direct.is_dir() else None
-    for root in models_search_path():
-        if (root / name_or_path).is_dir():
-            return root / name_or_path
-    return None
+    return next((f for f in model_folders(name_or_path) if f.is_dir()), None)
 
 
 def find_draft(setting: str | None, adapter: Path | None) -> Path | None:
