@@ -46,8 +46,10 @@ from agent.outbox import Outbox
 from agent.publish import AlertWriter, Publisher, Transcripts
 from agent.reader import keyword_detector
 from agent.snapshot import StatusBuilder
+from agent.spool import Spool
 from agent.stats import Stats
 from agent.supervision import EngineSupervisor
+from agent.supervision.cores import CoreRecord, children, reap_engine_children
 from agent.supervision.store import RungStore
 from agent.watchdog.events import EventLog
 from agent.watchdog.monitor import MemoryWatchdog
@@ -71,6 +73,14 @@ class Daemon:
         if store is not None:  # the last known good fleet layers over the local file
             loaded = effective_config(local, store)
         self.loaded = loaded
+        for issue in loaded.deprecations:
+            log.warning(
+                "config.deprecated",
+                key=issue.path,
+                source=issue.source,
+                line=issue.line,
+                reason=issue.reason,
+            )
         cfg = loaded.config
         self.cfg = cfg
         self.topics = Topics(cfg.mqtt.topic_prefix)
@@ -93,6 +103,14 @@ class Daemon:
         )
         self.errors = ErrorReporter(self.topics.errors, cfg.mqtt.errors_per_minute, self.stats)
         self.transcripts = Transcripts()  # ours, for other consumers (asr.publish_transcript)
+        self.spool = (
+            Spool(
+                cfg.ingest.spool_path or cfg.outbox.path.parent / "spool.sqlite",
+                cfg.ingest.spool_max_segments,
+            )
+            if cfg.ingest.spool_max_segments
+            else None
+        )
         self.intake = Intake(
             lambda: self.cfg,
             self.topics,
@@ -100,6 +118,7 @@ class Daemon:
             errors=self.errors,
             stage=self.keywords,
             transcripts=self.transcripts,
+            spool=self.spool,
         )
         self.link = MqttLink(
             cfg.mqtt,
@@ -119,6 +138,7 @@ class Daemon:
             self.stats,
             status=self.status.payload,
             status_interval_s=lambda: self.cfg.mqtt.status_interval_s,
+            errors=self.errors,
         )
         self.events = EventLog(on_event=self.publisher.kick.set)
         self.supervisor: EngineSupervisor | None = None
@@ -151,7 +171,7 @@ class Daemon:
 
     async def run(self, stop: asyncio.Event, *, drain_timeout_s: float = 10.0) -> None:
         """Run until `stop` is set, then shut down without losing accepted data."""
-        await self.outbox.open()
+        await self._open_stores()
         restored = await self.outbox.active_alerts()
         self.keywords.restore(restored)
         await self._start_local_servers()
@@ -184,6 +204,8 @@ class Daemon:
                 )
                 if self.watchdog is not None:
                     background.append(tg.create_task(self.watchdog.run(), name="watchdog"))
+                if self.spool is not None:
+                    background.append(tg.create_task(self.spool.run_writer(), name="spool"))
                 if asr is not None:
                     background += [
                         tg.create_task(asr.run(), name="asr"),
@@ -233,6 +255,20 @@ class Daemon:
         finally:
             await self._close()
 
+    async def _open_stores(self) -> None:
+        """The outbox and the spool; a damaged file moved aside is said loudly (the log,
+        `<prefix>/errors`, the status)."""
+        await self.outbox.open()
+        if self.spool is not None:
+            await self.spool.open()
+        for name, salvage in (
+            ("outbox", self.outbox.salvage),
+            ("spool", self.spool.salvage if self.spool is not None else None),
+        ):
+            if salvage is not None:  # started on a fresh file
+                log.error(f"{name}.damaged", detail=salvage.line(), moved_to=str(salvage.moved_to))
+                self.errors.report(str(salvage.path), f"{name}_damaged", 0, salvage.line())
+
     def _start_llm_tasks(self) -> None:
         """The supervisor's and the analyzer's tasks, where they are built and not running."""
         assert self._tg is not None
@@ -276,7 +312,15 @@ class Daemon:
         if self.intake.asr is not None:
             self.intake.asr.close()
         await self.outbox.close()
-        log.info("agent.stopped", outbox_pending=self.outbox.depth)
+        if self.spool is not None:
+            await self.spool.close()
+        # Nothing the service started outlives it: an engine core still running now (a
+        # shutdown that did not join it) is killed, and the line says what was left.
+        left = await asyncio.to_thread(reap_engine_children)
+        if left:
+            log.error("agent.children_reaped", pids=left)
+        log.info("agent.stopped", outbox_pending=self.outbox.depth,
+                 children_alive=await asyncio.to_thread(children))  # fmt: skip
 
     async def apply_config(self, loaded: LoadedConfig, *, engine: bool) -> None:
         """A new configuration, live (agent.fleet). The keyword tier's catalogue, stream
@@ -341,6 +385,7 @@ class Daemon:
             cfg.engine,
             cfg.watchdog,
             store=RungStore(state),
+            cores=CoreRecord(state.parent / "engine-cores.json"),
             events=self.events,
             context_tokens=cfg.llm.context_budget(cfg.engine),
             answer_tokens=cfg.llm.max_output_tokens,

@@ -45,8 +45,16 @@ def _wait_port(port: int, up: bool, limit_s: float = 10.0) -> None:
 
 class DevBroker:
     def __init__(
-        self, port: int | None = None, workdir: Path | None = None, *, prefer: str = "mosquitto"
+        self,
+        port: int | None = None,
+        workdir: Path | None = None,
+        *,
+        prefer: str = "mosquitto",
+        acl: str | None = None,
     ) -> None:
+        """`acl`: the text of a mosquitto ACL file (mosquitto only; anonymous clients get
+        the lines before any `user` line). `reload()` reads it again after `set_acl`."""
+        self.acl = acl
         self.port = port or free_port()
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="edge-agent-broker-"))
         self.kind = "mosquitto" if prefer == "mosquitto" and shutil.which("mosquitto") else "amqtt"
@@ -79,6 +87,7 @@ class DevBroker:
             "max_queued_messages 100000\n"
             "set_tcp_nodelay true\n"  # Nagle + delayed ACK add ~40 ms per hop to small messages
             + ("user root\n" if os.geteuid() == 0 else "")  # as root it would drop to `mosquitto`
+            + (f"acl_file {self._acl_path()}\n" if self.acl is not None else "")
             + "log_dest stdout\n"
             "log_type error\nlog_type warning\nlog_type notice\n"
         )
@@ -86,6 +95,19 @@ class DevBroker:
         self._proc = subprocess.Popen(
             ["mosquitto", "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT
         )
+
+    def _acl_path(self) -> Path:
+        path = self.workdir / "acl"
+        path.write_text(self.acl or "", encoding="utf-8")
+        return path
+
+    def set_acl(self, acl: str) -> None:
+        """Replace the ACL and make mosquitto read it (SIGHUP reloads it, sessions stay)."""
+        if self._proc is None or self.acl is None:
+            raise RuntimeError("set_acl needs a running mosquitto started with an acl")
+        self.acl = acl
+        self._acl_path()
+        self._proc.send_signal(signal.SIGHUP)
 
     def _start_amqtt(self) -> None:
         from amqtt.broker import Broker

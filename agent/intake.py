@@ -11,10 +11,14 @@ The path of a transcript, top to bottom here and on in pipelines/keyword_stage.p
    reported on `<prefix>/errors` and its message acknowledged at once (it must not come
    back).
 2. `accept` puts the segment on the bounded queue with what settles its input (the MQTT
-   `Ack`); a full queue sheds its oldest segment (counted, reported, settled).
-3. `run` takes one segment at a time to the keyword stage (`KeywordStage.process`), and
-   settles its input only after that returned: its alert events are in the outbox by then,
-   so a crash before it loses nothing, the broker sends the message again (at least once).
+   `Ack`). Once the queue is full, new segments go to the spool on disk (agent/spool.py),
+   each settled when its row is committed, and keep going there, in order, until the spool
+   is empty again; only a full spool sheds (the new segment: counted, reported, settled).
+3. `run` takes one segment at a time to the keyword stage (`KeywordStage.process`): the
+   queue first, then the spool's rows in order. A queued segment's input is settled only
+   after the stage returned: its alert events are in the outbox by then, so a crash before
+   it loses nothing, the broker sends the message again (at least once). A spooled batch
+   leaves the spool only after the stage returned for each of its segments.
 
 Audio joins at step 2: `on_audio` checks the clip's stream like a transcript's and hands it,
 with its `Ack`, to the ASR stage (pipelines.asr, off the loop), whose segments come back
@@ -40,6 +44,7 @@ from agent.config.models import AgentConfig
 from agent.errors_report import ErrorReporter
 from agent.mqtt import Ack, Topics
 from agent.publish import Transcripts
+from agent.spool import Spool
 from agent.stats import Stats
 from pipelines.asr.stage import AsrStage, AudioIn, Heard
 from pipelines.ingest import (
@@ -91,6 +96,7 @@ class Intake:
         errors: ErrorReporter,
         stage: KeywordStage,
         transcripts: Transcripts,
+        spool: Spool | None = None,
     ) -> None:
         """`config`: the configuration now (stream settings follow a fleet apply; the
         ingest limits and the queue are the ones at construction)."""
@@ -110,6 +116,8 @@ class Intake:
             max_future_skew_s=cfg.ingest.max_future_skew_s,
         )
         self.queue: SheddingQueue[_Queued] = SheddingQueue(cfg.ingest.queue_size)
+        self.spool = spool  # None: a full queue sheds its oldest (ingest.spool_max_segments 0)
+        self.spool_shed = 0  # segments shed because the spool was full
         self._max_streams = cfg.ingest.max_streams
         self.asr: AsrStage | None = None
         if cfg.asr.enabled:
@@ -125,8 +133,9 @@ class Intake:
         return self._stage.processed
 
     def waiting(self) -> int:
-        """Segments accepted and not yet through the stage."""
-        return len(self.queue) + self.taken - self._stage.processed
+        """Segments accepted and not yet through the stage (the spool's included)."""
+        spooled = self.spool.depth if self.spool is not None else 0
+        return len(self.queue) + spooled + self.taken - self._stage.processed
 
     # -- in -------------------------------------------------------------------------------
 
@@ -196,6 +205,22 @@ class Intake:
         self._stats.stream(stream_id)  # counted from acceptance on, so the bound holds
         self._stats.accepted += 1
         self._stats.arrived(stream_id, segment.seq, at=arrived_mono)
+        spool = self.spool
+        if spool is not None and (spool.depth or self.queue.full()):
+            if not spool.full():
+                spool.put(segment, settle)  # settled once on disk
+                return
+            if settle is not None:
+                settle()  # shed on purpose (counted, reported): not to be sent again
+            self.spool_shed += 1
+            self._stats.ingest_shed += 1
+            self._errors.report(
+                topic,
+                "spool_full",
+                size,
+                f"ingest spool full ({spool.max_segments}); shed {stream_id} seq {segment.seq}",
+            )
+            return
         shed = self.queue.put(_Queued(segment, settle))
         if shed is not None:
             shed.done()  # dropped on purpose (counted, reported): not to be sent again
@@ -248,14 +273,39 @@ class Intake:
     # -- to the keyword stage -------------------------------------------------------------
 
     async def run(self) -> None:
-        """The queue into the keyword stage, one segment at a time."""
+        """The queue, then the spool, into the keyword stage, one segment at a time."""
         while True:
-            item = await self.queue.get()
+            item = self.queue.get_nowait()
+            if item is None and self.spool is not None and self.spool.stored:
+                await self._from_spool(self.spool)
+                continue
+            if item is None:
+                await self._next()
+                continue
             while (left := self.paused_until - time.monotonic()) > 0:
                 await asyncio.sleep(min(left, 0.1))  # fault.pause_detect (tests only)
             self.taken += 1
             await self._stage.process(item.segment)
             item.done()  # its alert events are committed (or it raised none)
+
+    async def _next(self) -> None:
+        """Until the queue or the spool has something."""
+        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self.queue.wait())]
+        if self.spool is not None:
+            waits.append(asyncio.ensure_future(self.spool.ready.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    async def _from_spool(self, spool: Spool, batch: int = 64) -> None:
+        rows = await spool.peek(batch)
+        for row in rows:
+            self.taken += 1
+            await self._stage.process(row.segment)
+        if rows:
+            await spool.done_through(rows[-1].id)
 
     def pause(self, seconds: float) -> None:
         """Queued input stays unprocessed (and unacknowledged) this long (tests only)."""

@@ -137,6 +137,15 @@ def _pipeline(out: _Families, st: Status) -> None:
     out.gauge("queue_depth", "Items waiting, by queue.", queue.depth, queue="ingest")
     out.gauge("queue_capacity", "Bound of each queue.", queue.max, queue="ingest")
     out.counter("queue_shed", "Items shed from a full queue.", queue.shed, queue="ingest")
+    if queue.spool is not None:
+        sp = queue.spool
+        out.gauge("queue_depth", "Items waiting, by queue.", sp.depth, queue="ingest_spool")
+        out.gauge("queue_capacity", "Bound of each queue.", sp.max, queue="ingest_spool")
+        out.counter("queue_shed", "Items shed from a full queue.", sp.shed, queue="ingest_spool")
+        out.counter(
+            "spool_write_errors", "Ingest spool writes that failed and were retried.",
+            sp.write_errors,
+        )  # fmt: skip
     outbox = st.outbox
     out.gauge("outbox_depth", "Alert events not yet acknowledged by the broker.", outbox.depth)
     out.gauge("outbox_capacity", "Bound of the outbox.", outbox.max)
@@ -145,6 +154,11 @@ def _pipeline(out: _Families, st: Status) -> None:
         "outbox_write_errors",
         "Outbox commits that failed and were retried (the input waits unacknowledged).",
         outbox.write_errors,
+    )
+    out.gauge(
+        "outbox_salvaged_rows",
+        "Rows carried from a damaged outbox file found at start (0: it was sound).",
+        outbox.salvaged_rows,
     )
 
     detect = st.detect
@@ -162,6 +176,10 @@ def _pipeline(out: _Families, st: Status) -> None:
     out.counter(
         "publish_failures", "Alert publishes not acknowledged in time.", alerts.publish_failures
     )
+    for reason, n in alerts.publish_refused.items():
+        out.counter(
+            "publish_refused", "Alert publishes the broker refused, by reason.", n, reason=reason
+        )
     out.counter("errors_reported", "Error events published.", st.errors.reported)
     out.counter("errors_suppressed", "Error events over the rate limit.", st.errors.suppressed)
 

@@ -5,7 +5,8 @@ MQTT 5: clean start off and a session expiry, 3.1.1: clean_session off) so the b
 holds our QoS 1 input while we are away, sets
 `<prefix>/available` to `online` on every connect with `offline` as the last will, and
 `stopped` on a clean close. Publishing waits for the broker's PUBACK (aiomqtt 2.x resolves
-a QoS 1 publish on it), which is what lets the outbox delete a row.
+a QoS 1 publish on it), which is what lets the outbox delete a row; a PUBACK with a failure
+reason code is a refusal (agent/mqtt_client.py), not a delivery.
 
 Reconnects use tenacity's full-jitter exponential backoff: after a broker restart a fleet
 of devices spreads its reconnects instead of arriving at once.
@@ -35,16 +36,29 @@ from paho.mqtt.properties import Properties
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from agent.config.models import MqttSettings
+from agent.mqtt_client import BrokerRefused, Client
 from agent.stats import Stats
 from pipelines.compat import timeout
 
-__all__ = ["Ack", "MqttLink", "NotConnectedError", "Topics"]
+__all__ = ["Ack", "MqttLink", "NotConnectedError", "PublishRefused", "Topics"]
 
 log = structlog.get_logger(__name__)
 
 
 class NotConnectedError(Exception):
     """No broker connection right now; the caller keeps its data and retries later."""
+
+
+class PublishRefused(NotConnectedError):
+    """The broker answered the publish with a failure reason code (MQTT 5): not delivered.
+    A NotConnectedError too, so a best-effort publisher treats it as a failed send; the
+    outbox tells it apart (it keeps the row and backs off)."""
+
+    def __init__(self, topic: str, reason_code: int, reason: str) -> None:
+        self.topic = topic
+        self.reason_code = reason_code
+        self.reason = reason
+        super().__init__(f"publish to {topic} refused: 0x{reason_code:02x} {reason}")
 
 
 class Topics:
@@ -148,13 +162,16 @@ class MqttLink:
         self.session = 0  # numbers the connections; an Ack belongs to one
         self.acked = 0
         self.stale_acks = 0
+        self.broker = f"{settings.host}:{settings.port}"
+        self.last_error: str | None = None  # why the link is down, for status
+        self._down_since: float | None = time.monotonic()
         self.connected = asyncio.Event()
         self._disconnected = asyncio.Event()
         self._disconnected.set()
 
     # -- connection ---------------------------------------------------------------------
 
-    def _make_client(self) -> aiomqtt.Client:
+    def _make_client(self) -> Client:
         s = self._settings
         tls_params = None
         if s.tls.enabled:
@@ -176,7 +193,7 @@ class MqttLink:
             }
         else:
             session = {"protocol": aiomqtt.ProtocolVersion.V311, "clean_session": False}
-        client = aiomqtt.Client(
+        client = Client(
             s.host,
             s.port,
             identifier=s.client_id,
@@ -205,12 +222,7 @@ class MqttLink:
                 wait=wait_random_exponential(
                     multiplier=self._settings.reconnect_min_s, max=self._settings.reconnect_max_s
                 ),
-                before_sleep=lambda rs: log.warning(
-                    "mqtt.reconnect_wait",
-                    attempt=rs.attempt_number,
-                    delay_s=round(rs.next_action.sleep, 2) if rs.next_action else None,
-                    error=str(rs.outcome.exception()) if rs.outcome else None,
-                ),
+                before_sleep=self._reconnect_wait,
             )
             try:
                 async for attempt in retrying:
@@ -218,6 +230,23 @@ class MqttLink:
                         await self._session()
             except _SessionLost:
                 await asyncio.sleep(self._settings.reconnect_min_s)
+
+    def _reconnect_wait(self, rs: Any) -> None:
+        error = str(rs.outcome.exception()) if rs.outcome else None
+        self.last_error = error
+        log.warning(
+            "mqtt.reconnect_wait",
+            broker=self.broker,
+            attempt=rs.attempt_number,
+            delay_s=round(rs.next_action.sleep, 2) if rs.next_action else None,
+            error=error,
+        )
+
+    def disconnected_s(self) -> float | None:
+        """Seconds since the link went down (since start, before the first connect)."""
+        if self._down_since is None:
+            return None
+        return round(time.monotonic() - self._down_since, 1)
 
     async def _session(self) -> None:
         client = self._make_client()
@@ -235,6 +264,8 @@ class MqttLink:
                 self._stats.mqtt_connects += 1
                 self._disconnected.clear()
                 self.connected.set()
+                self.last_error = None
+                self._down_since = None
                 log.info(
                     "mqtt.connected",
                     host=self._settings.host,
@@ -245,7 +276,8 @@ class MqttLink:
                     async for message in client.messages:
                         self._deliver(client, message)
                 except aiomqtt.MqttError as exc:
-                    log.warning("mqtt.connection_lost", error=str(exc))
+                    self.last_error = f"connection lost: {exc}"
+                    log.warning("mqtt.connection_lost", broker=self.broker, error=str(exc))
                     if time.monotonic() - began >= _HEALTHY_SESSION_S:
                         raise _SessionLost from exc
                     raise
@@ -254,6 +286,7 @@ class MqttLink:
                 self._client = None
             if self.connected.is_set():
                 self._stats.mqtt_disconnects += 1
+                self._down_since = time.monotonic()
             self._stats.mqtt_connected = False
             self.connected.clear()
             self._disconnected.set()
@@ -282,6 +315,7 @@ class MqttLink:
 
         Raises:
             NotConnectedError: no connection, or it failed during the publish.
+            PublishRefused: the broker answered with a failure reason code (MQTT 5).
         """
         client = self._client
         if client is None or not self.connected.is_set():
@@ -289,6 +323,8 @@ class MqttLink:
         try:
             async with timeout(self._settings.publish_timeout_s):
                 await client.publish(topic, payload, qos=qos, retain=retain)
+        except BrokerRefused as exc:
+            raise PublishRefused(topic, exc.reason_code, exc.reason) from exc
         except (aiomqtt.MqttError, TimeoutError) as exc:
             raise NotConnectedError(f"publish to {topic} failed: {exc!r}") from exc
 

@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import TypeVar
 
 import structlog
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from agent.salvage import Salvage, inspect, set_aside
+from agent.storage import WriteRetry
 from pipelines.alerts import Alert
 
 __all__ = ["Outbox", "OutboxRow", "PendingEvent"]
 
 log = structlog.get_logger(__name__)
 
-_WRITE_RETRY_MAX_S = 5.0  # a failed commit is tried again after 0.2 s, doubling up to this
 T = TypeVar("T")
 
 _SCHEMA = """
@@ -56,6 +56,12 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 
 
 _PENDING = "pending_update"  # stored beside the public alert, never published
+# What a damaged file's rows are read back as (agent/salvage.py), table by table.
+_TABLES = {
+    "outbox": ("topic", "payload", "kind", "created"),
+    "active_alerts": ("stream_id", "fault", "event_seq", "alert"),
+    "counters": ("name", "value"),
+}
 
 
 def _stored(alert: Alert) -> str:
@@ -159,6 +165,24 @@ class _Store:
             out.append(alert)
         return out
 
+    def restore(self, salvage: Salvage) -> None:
+        """Put a damaged file's readable rows into this fresh store, in their order."""
+        rows = salvage.rows
+        with self._tx():
+            self.db.executemany(
+                "INSERT INTO outbox (topic, payload, kind, created) VALUES (?, ?, ?, ?)",
+                rows.get("outbox", []),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO active_alerts (stream_id, fault, event_seq, alert) "
+                "VALUES (?, ?, ?, ?)",
+                rows.get("active_alerts", []),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)",
+                rows.get("counters", []),
+            )
+
     def close(self) -> None:
         self.db.close()
 
@@ -180,23 +204,45 @@ class _Transaction:
 class Outbox:
     """Async face of the store; every call hops to the outbox's own thread."""
 
-    def __init__(self, path: Path, max_events: int) -> None:
+    def __init__(self, path: Path, max_events: int, writes: WriteRetry | None = None) -> None:
         self._path = path
         self._max_events = max_events
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox")
         self._store: _Store | None = None
+        self._writes = writes or WriteRetry()
         self.changed = asyncio.Event()  # set whenever rows were added
         self.depth = 0
         self.shed = 0
-        self.write_errors = 0  # failed commits, each retried (status.outbox.write_errors)
+        self.salvage: Salvage | None = None  # the damaged file found at open, if any
+
+    @property
+    def write_errors(self) -> int:
+        """Failed commits (inserts and deletes), each retried (status.outbox.write_errors)."""
+        return self._writes.errors("outbox")
 
     async def open(self) -> None:
-        self._store = await self._call(lambda: _Store(self._path, self._max_events))
+        """Open (create) the store. A file that is damaged, or not ours, is moved aside and
+        its readable rows carried into a fresh one (agent/salvage.py): the service starts."""
+        self._store = await self._call(self._open_store)
         self.depth = await self._run(lambda s: s.depth())
         self.shed = await self._run(lambda s: s.shed_total())
         if self.depth:
             self.changed.set()
             log.info("outbox.resume", pending=self.depth, path=str(self._path))
+
+    def _open_store(self) -> _Store:
+        why = inspect(self._path, tuple(_TABLES))
+        if why is None:
+            try:
+                return _Store(self._path, self._max_events)
+            except sqlite3.DatabaseError as exc:  # read-only checks passed, writing did not
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise  # a disk that refuses (full, read-only): not the file's fault
+                why = f"cannot be written: {exc}"
+        self.salvage = set_aside(self._path, why, _TABLES)
+        store = _Store(self._path, self._max_events)
+        store.restore(self.salvage)
+        return store
 
     async def close(self) -> None:
         if self._store is not None:
@@ -211,38 +257,26 @@ class Outbox:
         deletes: Sequence[tuple[str, str]] = (),
     ) -> None:
         """Commit, retrying a failed write (disk full, I/O error, a busy database) until it
-        holds: the caller acknowledges its input only after this returns, so giving up
-        would lose it. Meanwhile the pipeline stops progressing, its WATCHDOG pings stop,
-        and systemd restarts a service whose disk stays broken; the broker then redelivers
-        what was not acknowledged."""
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type((sqlite3.Error, OSError)),
-            wait=wait_exponential(multiplier=0.2, max=_WRITE_RETRY_MAX_S),
-            before_sleep=self._write_failed,
-            reraise=True,
-        ):
-            with attempt:
-                shed, self.depth = await self._run(lambda s: s.append(events, upserts, deletes))
+        holds (agent/storage.py): the caller acknowledges its input only after this returns,
+        so giving up would lose it."""
+        shed, self.depth = await self._writes.until_written(
+            "outbox", self._path, lambda: self._run(lambda s: s.append(events, upserts, deletes))
+        )
         if shed:
             self.shed += shed
             log.warning("outbox.shed", shed=shed, total=self.shed, bound=self._max_events)
         self.changed.set()
 
-    def _write_failed(self, state: RetryCallState) -> None:
-        self.write_errors += 1
-        exc = state.outcome.exception() if state.outcome is not None else None
-        log.error(
-            "outbox.write_failed",
-            error=repr(exc),
-            attempt=state.attempt_number,
-            path=str(self._path),
-        )
-
     async def peek(self, limit: int = 64) -> list[OutboxRow]:
         return await self._run(lambda s: s.peek(limit))
 
     async def ack(self, row_id: int) -> None:
-        removed = await self._run(lambda s: s.ack(row_id))  # 0 if shed while in flight
+        """Delete a row the broker acknowledged, retried like a commit: a full disk delays
+        the delete (the row would go out again after a crash, which consumers dedupe),
+        it never ends the publisher."""
+        removed = await self._writes.until_written(
+            "outbox", self._path, lambda: self._run(lambda s: s.ack(row_id))
+        )  # 0 if shed while in flight
         self.depth = max(0, self.depth - removed)
 
     async def active_alerts(self) -> list[Alert]:

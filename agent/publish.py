@@ -26,7 +26,8 @@ from typing import Any
 import structlog
 
 from agent.control import ControlServer
-from agent.mqtt import MqttLink, NotConnectedError, Topics
+from agent.errors_report import ErrorReporter
+from agent.mqtt import MqttLink, NotConnectedError, PublishRefused, Topics
 from agent.outbox import Outbox, PendingEvent
 from agent.stats import Stats
 from pipelines.alerts import EventType
@@ -38,6 +39,7 @@ __all__ = ["AlertWriter", "Publisher", "Transcripts"]
 log = structlog.get_logger(__name__)
 
 _RETRY_S = 1.0
+_REFUSED_MAX_S = 60.0  # a refused row is tried again after 1 s, doubling up to this
 _ACK_WAIT_S = 60.0  # an acknowledgement waits this long for the broker, then stays in status
 
 
@@ -138,6 +140,7 @@ class Publisher:
         *,
         status: Callable[[str], bytes],
         status_interval_s: Callable[[], float],
+        errors: ErrorReporter | None = None,
     ) -> None:
         """`status`: the retained status payload now, for a state ("running", "stopped");
         `status_interval_s`: the configured interval (asked each round: a fleet apply may
@@ -148,11 +151,13 @@ class Publisher:
         self._stats = stats
         self._status = status
         self._interval_s = status_interval_s
+        self._errors = errors
         self.kick = asyncio.Event()  # set: publish the status now
         self.status_failures = 0  # snapshots that raised (a bug, in the log with its trace)
 
     async def run_outbox(self) -> None:
         outbox, link = self._outbox, self._link
+        refusals = 0  # in a row: the backoff of a broker that keeps refusing
         while True:
             outbox.changed.clear()
             rows = await outbox.peek()
@@ -163,6 +168,10 @@ class Publisher:
             for row in rows:
                 try:
                     await link.publish(row.topic, row.payload, qos=1)
+                except PublishRefused as exc:
+                    refusals += 1
+                    await self._refused(row.topic, len(row.payload), exc, refusals)
+                    break  # the same row again, in order: nothing behind it overtakes it
                 except NotConnectedError as exc:
                     self._stats.publish_failures += 1
                     log.warning("outbox.publish_deferred", error=str(exc), pending=outbox.depth)
@@ -173,8 +182,23 @@ class Publisher:
                     else:
                         await link.wait_disconnected()
                     break
+                refusals = 0
                 await outbox.ack(row.id)
                 self._stats.published += 1
+
+    async def _refused(self, topic: str, size: int, exc: PublishRefused, n: int) -> None:
+        """A refused alert: counted by reason, said in status, the log and on
+        `<prefix>/errors`; the row stays, tried again after a backoff."""
+        reason = f"0x{exc.reason_code:02x} {exc.reason}"
+        self._stats.publish_refused[exc.reason] += 1
+        self._stats.last_publish_refusal = f"{topic}: {reason}"
+        delay = min(_REFUSED_MAX_S, _RETRY_S * 2 ** (n - 1))
+        log.error("outbox.publish_refused", topic=topic, reason=reason, retry_in_s=delay,
+                  pending=self._outbox.depth)  # fmt: skip
+        if self._errors is not None:
+            self._errors.report(topic, "publish_refused", size, reason)
+        self.kick.set()  # the status says so now
+        await asyncio.sleep(delay)
 
     async def drain_outbox(self, limit_s: float) -> None:
         """Until the outbox is empty, the link is down or `limit_s` passed (what remains

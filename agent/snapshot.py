@@ -10,7 +10,7 @@ changes nothing. The snapshot's keys are documented in docs/mqtt.md and docs/met
 from __future__ import annotations
 
 from collections import Counter
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent import __version__
 from agent.config.models import AgentConfig
@@ -21,6 +21,7 @@ from agent.metrics import Histogram, MetricsServer
 from agent.mqtt import MqttLink
 from agent.outbox import Outbox
 from agent.publish import AlertWriter, Transcripts
+from agent.spool import Spool
 from agent.stats import Stats
 from agent.status import Status
 from agent.supervision import EngineSupervisor
@@ -49,6 +50,8 @@ class Service(Protocol):
     def writer(self) -> AlertWriter: ...
     @property
     def outbox(self) -> Outbox: ...
+    @property
+    def spool(self) -> Spool | None: ...
     @property
     def transcripts(self) -> Transcripts: ...
     @property
@@ -92,12 +95,19 @@ class StatusBuilder:
                 **(s.supervisor.snapshot() if s.supervisor is not None else {}),
                 **({"analysis": analysis} if analysis is not None else {}),
             },
-            queue={"depth": len(queue), "max": queue.maxsize, "shed": queue.shed},
+            queue={
+                "depth": len(queue),
+                "max": queue.maxsize,
+                "shed": queue.shed,
+                "spool": _spool(s.spool, s.intake.spool_shed),
+            },
             outbox={
                 "depth": s.outbox.depth,
                 "shed": s.outbox.shed,
                 "write_errors": s.outbox.write_errors,
                 "max": s.cfg.outbox.max_events,
+                "damaged": s.outbox.salvage.line() if s.outbox.salvage else None,
+                "salvaged_rows": s.outbox.salvage.saved() if s.outbox.salvage else 0,
             },
             active_alerts=len(active),
             alerts_last_hour=s.writer.alerts_last_hour(),
@@ -108,6 +118,9 @@ class StatusBuilder:
         )
         snap["mqtt"]["acked"] = s.link.acked
         snap["mqtt"]["stale_acks"] = s.link.stale_acks
+        snap["mqtt"]["broker"] = s.link.broker
+        snap["mqtt"]["last_error"] = s.link.last_error
+        snap["mqtt"]["disconnected_s"] = s.link.disconnected_s()
         for sid, n in Counter(a.stream_id for a in active).items():
             snap["streams"].setdefault(sid, {})["active_alerts"] = n
         if s.control is not None:
@@ -206,3 +219,17 @@ class StatusBuilder:
         link = "" if s.link.connected.is_set() else ", MQTT down"
         alerts = s.writer.alerts_today()
         return f"{len(s.stats.streams)} streams, {engine}, {alerts} alerts today{link}"
+
+
+def _spool(spool: Spool | None, shed: int) -> dict[str, Any] | None:
+    if spool is None:
+        return None
+    return {
+        "depth": spool.depth,
+        "max": spool.max_segments,
+        "written": spool.written,
+        "taken": spool.taken,
+        "shed": shed,
+        "write_errors": spool.write_errors,
+        "damaged": spool.salvage.line() if spool.salvage else None,
+    }

@@ -52,6 +52,8 @@ class Stats:
     )
     published: int = 0
     publish_failures: int = 0
+    publish_refused: Counter[str] = field(default_factory=Counter)  # by reason (MQTT 5)
+    last_publish_refusal: str | None = None
     errors_reported: int = 0
     errors_suppressed: int = 0
     streams: dict[str, StreamStats] = field(default_factory=dict)
@@ -102,6 +104,8 @@ class Stats:
                 "events": dict(self.alert_events),
                 "published": self.published,
                 "publish_failures": self.publish_failures,
+                "publish_refused": dict(self.publish_refused),
+                "last_refusal": self.last_publish_refusal,
                 "by_fault": dict(self.alerts_by_fault),
                 "segment_to_alert": {
                     source: latency_summary(w) for source, w in self.segment_to_alert.items()

@@ -48,3 +48,12 @@ class SheddingQueue(Generic[T]):
 
     def get_nowait(self) -> T | None:
         return self._items.popleft() if self._items else None
+
+    def full(self) -> bool:
+        return len(self._items) >= self.maxsize
+
+    async def wait(self) -> None:
+        """Until an item is there (without taking it)."""
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -11,6 +14,7 @@ import pytest
 
 from agent.devbroker import DevBroker
 from tests.helpers import AgentProcess, MqttWatcher
+from tests.orphans import MARK, settle
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT_YAML = REPO / "configs" / "agent.yaml"
@@ -19,6 +23,23 @@ AGENT_YAML = REPO / "configs" / "agent.yaml"
 # test that uses one of these fixtures, or is marked broker or vllm, is `slow`, so that
 # `-m "not slow"` runs no real process.
 _PROCESS_FIXTURES = frozenset({"broker", "agent_factory", "watcher", "engine"})
+
+
+# Every process a test starts carries this session's mark (tests/orphans.py).
+SESSION = os.environ.setdefault(MARK, uuid.uuid4().hex)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running() -> Iterator[None]:
+    """Fails the test after which a process it started is still running orphaned (an
+    engine core that outlived its service), and kills it so the next test starts clean."""
+    yield
+    left = settle(SESSION)
+    for pid, _, _ in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if left:
+        pytest.fail(f"processes left running by this test: {left}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -34,8 +35,12 @@ class AgentProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> AgentProcess:
+        # A session of its own, so that `kill` takes what the service started with it (its
+        # engine core), as systemd's cgroup does: a SIGKILL alone would orphan the core.
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         return self
 
     def terminate(self, timeout: float = 30) -> int:
@@ -44,8 +49,12 @@ class AgentProcess:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+        """SIGKILL the service and everything of its session (its engine core)."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc.poll() is None:
             self.proc.wait(10)
 
     @property

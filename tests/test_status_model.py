@@ -436,7 +436,9 @@ async def test_every_documented_metric_is_rendered_from_the_model(llm_daemon: An
         daemon.status.snapshot().document(),
         {
             "ingest": {"rejected": {"invalid_json": 1}, "duplicates": {"covered": 1}},
-            "alerts": {"events": {"new": 1}},
+            "alerts": {"events": {"new": 1}, "publish_refused": {"Not authorized": 1}},
+            "queue": {"spool": {"depth": 1, "max": 10, "written": 1, "taken": 0, "shed": 0,
+                                "write_errors": 0, "damaged": None}},
             "streams": {"mic1": {"segments": 1, "duplicates": 0, "last_segment_age_s": 1.0,
                                  "active_alerts": 1}},
             "asr": {"rejected": {"not_audio": 1}, "rtf": 0.2,

@@ -36,6 +36,9 @@ def validate(
     """Exit 0 if FILE (with its profile) is valid; else print each error and exit 2."""
     loaded = load_or_exit(file, set_ or [])
     cfg = loaded.config
+    for issue in loaded.deprecations:
+        where = f"{issue.source}:{issue.line}" if issue.line else issue.source
+        typer.echo(f"deprecated: {where}: {issue.reason}")
     typer.echo(
         f"ok: {file} (profile {cfg.profile} from {loaded.profile_path}, "
         f"{len(cfg.faults)} faults, prefix {cfg.mqtt.topic_prefix!r})"

@@ -231,8 +231,12 @@ def render_status(st: Status, console: Console) -> None:
         + (f", GPU free {_gib(gpu_free)}" if gpu_free is not None else ""),
     )
     mqtt = st.mqtt
-    link = "connected" if mqtt.connected else "DISCONNECTED"
-    head.add_row("mqtt", f"{link}, {mqtt.connects} connects")
+    if mqtt.connected:
+        head.add_row("mqtt", f"connected to {mqtt.broker}, {mqtt.connects} connects")
+    else:
+        since = f" for {mqtt.disconnected_s:.0f} s" if mqtt.disconnected_s is not None else ""
+        why = f": {mqtt.last_error}" if mqtt.last_error else ""
+        head.add_row("mqtt", f"DISCONNECTED from {mqtt.broker}{since}{why}")
     q, ob = st.queue, st.outbox
     head.add_row(
         "queues",

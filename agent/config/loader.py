@@ -9,6 +9,7 @@ value came from the profile or from `--set`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from agent.config.deprecated import strip_deprecated
 from agent.config.merge import deep_merge
 from agent.config.models import AgentConfig, ControlSettings, LocatedError, MqttSettings
 
@@ -75,6 +77,8 @@ class LoadedConfig:
     overrides: tuple[str, ...] = ()
     profile_option: str | None = None
     layers: tuple[tuple[str, Mapping[str, Any]], ...] = field(default=(), repr=False)
+    # Retired keys found and dropped (agent.config.deprecated): located, for people to fix.
+    deprecations: tuple[ConfigIssue, ...] = ()
 
 
 def _key_lines(node: yaml.Node, source: str, prefix: KeyPath, out: dict[KeyPath, Where]) -> None:
@@ -155,8 +159,30 @@ def _profile_path(name: str, config_path: Path) -> Path:
     )
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
+# Keys whose values are never printed (a password put in the YAML by mistake, a token, a
+# key's material): an error names the key and the reason only.
+SECRET_KEY = re.compile(r"pass(word|wd|phrase)?$|secret|token|private|credential|psk|api_?key",
+                        re.IGNORECASE)  # fmt: skip
+HIDDEN = "(value hidden: a secret)"
+
+
+def is_secret_key(key: object) -> bool:
+    return isinstance(key, str) and bool(SECRET_KEY.search(key))
+
+
+def _redacted(value: Any) -> Any:
+    """`value` with every secret-named key's value replaced, at any depth."""
+    if isinstance(value, Mapping):
+        return {k: "***" if is_secret_key(k) else _redacted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v) for v in value]
+    return value
+
+
+def _short(value: Any, loc: KeyPath = ()) -> str:
+    if any(is_secret_key(part) for part in loc):
+        return HIDDEN
+    text = repr(_redacted(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -182,9 +208,9 @@ def _issues_from(exc: ValidationError, provenance: Mapping[KeyPath, Where]) -> l
                 where = provenance[loc[:n]]
                 break
         path = ".".join(str(p) for p in loc)
-        value = "(missing)" if err["type"] == "missing" else _short(err.get("input"))
+        value = "(missing)" if err["type"] == "missing" else _short(err.get("input"), loc)
         if isinstance(cause, LocatedError):
-            value = _short(_lookup(err.get("input"), cause.loc))
+            value = _short(_lookup(err.get("input"), cause.loc), loc)
         reason = err["msg"].removeprefix("Value error, ")
         issues.append(ConfigIssue(where[0], where[1], path, value, reason))
     return issues
@@ -213,8 +239,10 @@ def load_config(
     for option in overrides:
         layer = parse_set_option(option)
         override_data = deep_merge(override_data, layer)
+        key, _, _ = option.partition("=")
+        shown = f"{key}={HIDDEN}" if any(is_secret_key(k) for k in key.split(".")) else option
         for path in _flat_paths(layer):
-            provenance[path] = (f"--set {option}", None)
+            provenance[path] = (f"--set {shown}", None)
     name = profile or override_data.get("profile") or data.get("profile") or DEFAULT_PROFILE
     if not isinstance(name, str):
         raise ConfigError(
@@ -240,22 +268,16 @@ def load_config(
     merged = deep_merge(deep_merge(profile_data, data), override_data)
     merged["profile"] = name
     full_provenance = {**profile_lines, **provenance}
+    deprecations = tuple(
+        ConfigIssue(*_where(d.path, full_provenance, config_path), ".".join(d.path), "", str(d))
+        for d in strip_deprecated(merged)
+    )
     try:
         config = AgentConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_issues_from(exc, full_provenance)) from exc
     config = _checked_reader(config, full_provenance, config_path)
-    if not config.outbox.path.is_absolute():
-        outbox = config.outbox.model_copy(update={"path": config_path.parent / config.outbox.path})
-        config = config.model_copy(update={"outbox": outbox})
-    state = config.watchdog.state_path
-    if state is None:  # the state directory is where the outbox lives
-        state = config.outbox.path.parent / "watchdog.json"
-    elif not state.is_absolute():
-        state = config_path.parent / state
-    if state != config.watchdog.state_path:
-        watchdog = config.watchdog.model_copy(update={"state_path": state})
-        config = config.model_copy(update={"watchdog": watchdog})
+    config = _resolved_paths(config, config_path)
     config = config.model_copy(
         update={"control": _control_paths(config.control, config_path, config.outbox.path)}
     )
@@ -268,7 +290,33 @@ def load_config(
         overrides=tuple(overrides),
         profile_option=profile,
         layers=tuple(layers),
+        deprecations=deprecations,
     )
+
+
+def _resolved_paths(config: AgentConfig, config_path: Path) -> AgentConfig:
+    """Relative state paths (outbox, spool, watchdog state) taken from the config file's
+    folder; the watchdog's state beside the outbox when unset."""
+    if not config.outbox.path.is_absolute():
+        outbox = config.outbox.model_copy(update={"path": config_path.parent / config.outbox.path})
+        config = config.model_copy(update={"outbox": outbox})
+    spool = config.ingest.spool_path
+    if spool is not None and not spool.is_absolute():
+        ingest = config.ingest.model_copy(update={"spool_path": config_path.parent / spool})
+        config = config.model_copy(update={"ingest": ingest})
+    state = config.watchdog.state_path
+    if state is None:  # the state directory is where the outbox lives
+        state = config.outbox.path.parent / "watchdog.json"
+    elif not state.is_absolute():
+        state = config_path.parent / state
+    if state != config.watchdog.state_path:
+        watchdog = config.watchdog.model_copy(update={"state_path": state})
+        config = config.model_copy(update={"watchdog": watchdog})
+    return config
+
+
+def _where(path: KeyPath, provenance: Mapping[KeyPath, Where], config_path: Path) -> Where:
+    return provenance.get(path, (str(config_path), None))
 
 
 def _checked_reader(

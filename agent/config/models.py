@@ -204,7 +204,22 @@ class IngestSettings(_Model):
         1024,
         ge=1,
         title="Ingest queue",
-        description="Segments waiting for detection; when full the oldest is shed and counted.",
+        description="Segments waiting for detection in memory; when full, new segments go "
+        "to the spool on disk (spool_max_segments), in order.",
+    )
+    spool_max_segments: int = Field(
+        200_000,
+        ge=0,
+        le=10_000_000,
+        title="Ingest spool",
+        description="Accepted segments the on-disk spool holds once the queue is full (each "
+        "acknowledged to the broker only when written); past it, new segments are shed and "
+        "counted. 0: no spool, a full queue sheds its oldest (as before the spool).",
+    )
+    spool_path: Path | None = Field(
+        None,
+        title="Spool file",
+        description="SQLite file of the spool; default `spool.sqlite` beside the outbox.",
     )
     max_future_skew_s: float = Field(
         300.0,

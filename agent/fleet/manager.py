@@ -340,10 +340,17 @@ class FleetManager:
             "engine": engine,
             "started_at": time.time(),
         }
-        await asyncio.to_thread(self.store.save, self.state)
-        await asyncio.to_thread(
-            self.store.write_view, "candidate.yaml", candidate.config.model_dump(mode="json")
-        )
+        try:  # the pending record is what a restart mid-apply rolls back by
+            await asyncio.to_thread(self.store.save, self.state)
+            await asyncio.to_thread(
+                self.store.write_view, "candidate.yaml", candidate.config.model_dump(mode="json")
+            )
+        except OSError as exc:  # a full disk: refuse the apply, the running config stays
+            self.state.pending = None
+            self.phase = "idle"
+            log.error("fleet.state_not_saved", error=str(exc), target=target, version=version)
+            await self._ack(target, version, "rejected", f"state not saved: {exc}")
+            return
         log.info("fleet.applying", target=target, version=version, engine_restart=engine)
         if self.pause_before_apply_s:
             await asyncio.sleep(self.pause_before_apply_s)
@@ -359,10 +366,13 @@ class FleetManager:
             new.applied_at = time.time()
             self.state.layers[target] = new
             self.state.pending = None
-            await asyncio.to_thread(self.store.save, self.state)
-            await asyncio.to_thread(
-                self.store.write_view, "good.yaml", candidate.config.model_dump(mode="json")
-            )
+            try:
+                await asyncio.to_thread(self.store.save, self.state)
+                await asyncio.to_thread(
+                    self.store.write_view, "good.yaml", candidate.config.model_dump(mode="json")
+                )
+            except OSError as exc:  # applied and healthy; a restart re-learns it from the broker
+                log.error("fleet.state_not_saved", error=str(exc), target=target, status="applied")
             took = round(time.monotonic() - began, 2)
             log.info("fleet.applied", target=target, version=version, seconds=took)
             await self._ack(target, version, "applied", f"healthy after {took} s", candidate)

@@ -34,6 +34,16 @@ class AlertsStatus(StatusModel):
     publish_failures: int = Field(
         title="Publish failures", description="Alert publishes not acknowledged in time."
     )
+    publish_refused: dict[str, int] = Field(
+        title="Publishes refused",
+        description="Alert publishes the broker answered with a failure reason code (MQTT 5, "
+        "by reason: `Not authorized` from an ACL, `Quota exceeded`...): the row stays and is "
+        "retried with backoff.",
+    )
+    last_refusal: str | None = Field(
+        title="Last refusal",
+        description="The latest refusal: topic, reason code and reason; null if none.",
+    )
     by_fault: dict[str, int] = Field(
         title="By fault",
         description="New alerts per fault code; every fault of the catalogue from the start, "

@@ -11,6 +11,17 @@ __all__ = ["MqttStatus"]
 
 class MqttStatus(StatusModel):
     connected: bool = Field(title="Connected", description="True while connected to the broker.")
+    broker: str = Field("", title="Broker", description="`host:port` of the configured broker.")
+    last_error: str | None = Field(
+        None,
+        title="Last error",
+        description="Why the last connection attempt failed or the connection was lost "
+        "(refused, unreachable, not authorised...); null once connected.",
+    )
+    disconnected_s: float | None = Field(
+        None, title="Disconnected for (s)", description="Seconds since the link went down; "
+        "null while connected.",
+    )  # fmt: skip
     connects: int = Field(title="Connects", description="Successful broker connections.")
     disconnects: int = Field(title="Disconnects", description="Broker connections lost.")
     acked: int = Field(

@@ -19,3 +19,12 @@ class OutboxStatus(StatusModel):
         description="Outbox commits that failed and were retried (the input waits unacknowledged).",
     )
     max: int = Field(title="Capacity", description="The outbox's bound (`outbox.max_events`).")
+    damaged: str | None = Field(
+        None,
+        title="Damaged file",
+        description="The damaged (or foreign) file found at start, where it was moved and "
+        "how many rows were saved from it; null when the file was sound.",
+    )
+    salvaged_rows: int = Field(
+        0, title="Salvaged rows", description="Rows carried from the damaged file at start."
+    )

@@ -53,6 +53,7 @@ from agent.engine import (
 from agent.engine.protocol import EngineProtocol
 from agent.engine.results import ChatMessage, GenerationResult
 from agent.supervision.budget import DegradedRetry, RestartBudget, StartFailed
+from agent.supervision.cores import CoreRecord
 from agent.supervision.gate import RequestGate
 from agent.supervision.ladder import Rung
 from agent.supervision.oom import is_out_of_memory
@@ -90,8 +91,12 @@ class EngineSupervisor:
         on_window: Callable[[int], None] | None = None,
         engine: EngineProtocol | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cores: CoreRecord | None = None,
     ) -> None:
-        """`store` None: the rung is not persisted (benchmarks, tests of one engine)."""
+        """`store` None: the rung is not persisted (benchmarks, tests of one engine);
+        `cores`: where the serving engine's processes are recorded (agent.supervision.cores),
+        None for none."""
+        self.cores = cores
         self.profile = profile
         self.settings = settings or WatchdogSettings()
         self.events = events or EventLog()
@@ -233,6 +238,9 @@ class EngineSupervisor:
                 await self._degrade(f"supervisor error: {type(exc).__name__}: {exc}")
 
     async def _supervise(self) -> None:
+        if not self._prepared and self.cores is not None:
+            for pid in await asyncio.to_thread(self.cores.reap):
+                self.events.record("engine.orphan_reaped", "error", pid=pid)
         if not self._prepared:
             quiet = await self.rungs.prepare()
             if quiet > 0:
@@ -261,6 +269,8 @@ class EngineSupervisor:
         self.gate.close()
         if self.engine.state != "stopped":
             await self.engine.shutdown()
+        if self.cores is not None:
+            await asyncio.to_thread(self.cores.clear)
         await self.rungs.drain()
         self.state = "stopped"
 
@@ -327,6 +337,8 @@ class EngineSupervisor:
                     await self.rungs.move(target, f"out of memory at start: {detail[:200]}")
             raise StartFailed(detail) from exc
         self.state, self.detail = "running", info.plan_verdict
+        if self.cores is not None:
+            await asyncio.to_thread(self.cores.record, self.engine.core_pids())
         self.rungs.last_good = rung.index
         recovery_s = None
         if self._trouble_at is not None:

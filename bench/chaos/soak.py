@@ -4,8 +4,9 @@ with faults mixed in, and the service's resources sampled to see whether anythin
 Traffic: 20 streams, a segment every 0.1 s in turn (chatter, with a fault phrase every
 tenth), the LLM tier on; every five minutes a fault: the broker restarted, or the service
 SIGKILLed and started again. Every 10 s: the service's RSS (its process and the engine
-core), its open files, the outbox depth. At the end, each series' least-squares slope per
-hour (after the first five minutes of warm-up) and a chart, soak-<date>.png.
+core), its open files, the outbox and ingest spool depths. At the end, each series'
+least-squares slope per hour (after the first five minutes of warm-up) and a chart,
+soak-<date>.png.
 """
 
 from __future__ import annotations
@@ -113,9 +114,12 @@ async def soak(minutes: float, work: Path, results: Path) -> str:
             if now >= next_sample:
                 found = _resources(service)
                 outbox = (sub.seen.status.get("outbox") or {}).get("depth")
+                queue = sub.seen.status.get("queue") or {}
+                spool = (queue.get("spool") or {}).get("depth")
                 if found is not None:
                     samples.append({"t": now - t0, "rss_mib": found[0], "files": found[1],
-                                    "outbox": float(outbox or 0)})  # fmt: skip
+                                    "outbox": float(outbox or 0),
+                                    "spool": float(spool or 0)})  # fmt: skip
                 next_sample = now + _SAMPLE_S
             if now >= next_fault:
                 kind = "broker" if len(faults) % 2 == 0 else "agent"
@@ -151,7 +155,8 @@ def summarize(path: Path) -> str:
     late = [x for x in samples if x["t"] >= min(_WARMUP_S, data["minutes"] * 30)]
     first, last = (samples[0], samples[-1]) if samples else ({}, {})
     rows = []
-    for key in ("rss_mib", "files", "outbox"):
+    keys = [k for k in ("rss_mib", "files", "outbox", "spool") if samples and k in samples[0]]
+    for key in keys:
         overall = _slope_per_hour([(x["t"], x[key]) for x in late])
         rows.append([key, first.get(key), last.get(key), overall,
                      _within_slope_per_hour(samples, faults, key)])  # fmt: skip
@@ -173,13 +178,11 @@ def _chart(samples: list[dict[str, float]], faults: list[tuple[float, str]], pat
     except ImportError:
         print("matplotlib is not installed (pip install -e .[bench]): no chart")
         return
-    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
-    for ax, key, label in zip(
-        axes,
-        ("rss_mib", "files", "outbox"),
-        ("RSS, MiB (service + engine)", "open files", "outbox depth"),
-        strict=True,
-    ):
+    series = [("rss_mib", "RSS, MiB (service + engine)"), ("files", "open files"),
+              ("outbox", "outbox depth"), ("spool", "ingest spool depth")]  # fmt: skip
+    series = [(k, label) for k, label in series if samples and k in samples[0]]
+    fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.3 * len(series)), sharex=True)
+    for ax, (key, label) in zip(axes, series, strict=True):
         ax.plot([s["t"] / 60 for s in samples], [s[key] for s in samples], lw=1)
         for t, kind in faults:
             ax.axvline(t / 60, color="red" if kind == "agent" else "grey", lw=0.6, ls="--")
