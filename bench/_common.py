@@ -6,6 +6,7 @@ import contextlib
 import importlib
 import os
 import platform
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,23 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     lo = int(k)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def revision(repo: Path | None = None) -> str:
+    """The commit a result was measured at, `+changes` when the tracked tree differs."""
+    root = str(repo or Path(__file__).resolve().parents[1])
+    try:
+        rev = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{rev}{'+changes' if dirty else ''}"
 
 
 def machine() -> str:

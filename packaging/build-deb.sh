@@ -200,6 +200,14 @@ for folder in models/*/; do
   elif [ -f "$folder"adapter_config.json ]; then
     install -m 0644 "$folder"adapter_config.json "$folder"adapter_model.safetensors \
       "$folder"adapter_meta.json "$folder"MODEL_CARD.md "$ROOT/usr/share/edge-agent/$folder"
+    # a derivative of a base under its own terms carries them: a Gemma adapter without its
+    # NOTICE and the terms is not shipped
+    if grep -q '"licence": *"Gemma' "$folder"adapter_meta.json; then
+      for terms in NOTICE GEMMA_TERMS.txt; do
+        [ -f "$folder$terms" ] || { echo "build-deb: $folder$terms missing (Gemma Terms of Use)" >&2; exit 1; }
+        install -m 0644 "$folder$terms" "$ROOT/usr/share/edge-agent/$folder"
+      done
+    fi
   else
     install -m 0644 "$folder"config.json "$folder"*.safetensors "$folder"MODEL_CARD.md \
       "$ROOT/usr/share/edge-agent/$folder"

@@ -53,12 +53,21 @@ class AlertTiming(Protocol):
 
 @dataclass(frozen=True)
 class Evidence:
-    text: str  # keyword tier: the new text of the segment; LLM tier: the verified quote
+    text: str  # keyword tier: the new text of the segment; LLM tier: the segment it named
     start: float
     end: float
     seq: int
     source: str = "keyword"  # the tier that saw it (the tracker stamps it)
-    note: str | None = None  # the LLM's trend note, if any
+    confidence: float | None = None  # LLM tier: the engine's probability of the fault
+
+
+_EVIDENCE_FIELDS = frozenset(Evidence.__dataclass_fields__)
+
+
+def _evidence(data: dict[str, Any]) -> Evidence:
+    """Evidence from its stored form; keys of older releases (the LLM's `note`, before
+    answers pointed at lines) are left out."""
+    return Evidence(**{k: v for k, v in data.items() if k in _EVIDENCE_FIELDS})
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,7 @@ class Alert:
             label=data["label"],
             severity=data["severity"],
             source=data["source"],
-            evidence=[Evidence(**e) for e in data["evidence"]],
+            evidence=[_evidence(e) for e in data["evidence"]],
             first_seen=data["first_seen"],
             last_seen=data["last_seen"],
             count=data["count"],

@@ -107,8 +107,8 @@ class FaultRule(BaseModel):
         default_factory=dict,
         title="Related words",
         description="Words per language that describe this fault in other words (running "
-        "hot, grinding). They raise nothing by themselves; an LLM fault must quote a "
-        "segment holding a word of its labels, keywords or these (llm.require_topic_word).",
+        "hot, grinding). They raise nothing by themselves; with llm.require_topic_word an "
+        "LLM fault's line must hold a word of its labels, keywords or these.",
     )
 
     @field_validator("labels")

@@ -39,7 +39,7 @@ class ContextLine:
     seq: int
     start: float
     end: float
-    text: str  # the transcript text (without the line's "[#seq hh:mm:ss]" prefix)
+    text: str  # the transcript text (without the line's "[#seq]" prefix)
     ids: tuple[int, ...]  # the rendered line, prefix and newline included
     faults: tuple[str, ...] = ()  # fault codes the keyword tier matched in it
 

@@ -248,8 +248,8 @@ class KeywordStage:
                     stream_id=stream_id,
                     seq=fault.line.seq,
                     fault=fault.code,
-                    quote=fault.quote,
-                    trend=fault.trend,
+                    evidence=fault.quote[:200],
+                    confidence=fault.confidence,
                 )
                 events += self.tracker.observe(
                     fault.observation(stream_id, max_text=_EVIDENCE_CHARS)

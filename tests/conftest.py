@@ -111,13 +111,15 @@ async def watcher(broker: DevBroker, prefix: str) -> AsyncIterator[MqttWatcher]:
 
 
 @pytest.fixture(scope="session")
-def default_model() -> Path:
-    """The converted default model (converted once, ~30 s, then reused from the cache)."""
+def smollm2_model() -> Path:
+    """The converted SmolLM2-135M-Instruct (converted once, ~30 s, then reused from the
+    cache): the smallest bundled base, for the tests of the engine's mechanics; the
+    default model's own tests use the config's profile (Gemma 3 270M + our adapter)."""
     pytest.importorskip("transformers")
     pytest.importorskip("gguf")
-    from agent.engine import ModelPrepError, ensure_default_model
+    from agent.engine.model_prep import ModelPrepError, ensure_base
 
     try:
-        return ensure_default_model()
+        return ensure_base("smollm2-135m-instruct")
     except ModelPrepError as exc:
-        pytest.skip(f"default model unavailable: {exc}")
+        pytest.skip(f"SmolLM2 unavailable: {exc}")

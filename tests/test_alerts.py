@@ -91,7 +91,7 @@ def test_first_match_emits_new_alert(clocks: Clocks) -> None:
             "end": WALL0 + 10,
             "seq": 1,
             "source": "keyword",
-            "note": None,
+            "confidence": None,
         }
     ]
     assert (alert["first_seen"], alert["last_seen"]) == (WALL0 + 5, WALL0 + 10)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.analysis import AnalysisSettings, Analyzer, LlmUnavailable
+from pipelines.analysis import AnalysisSettings, Analyzer, LlmUnavailable, TokenLogprob
 from pipelines.analysis_prompt import ChatFrame
 from pipelines.detect import FaultRule
 from pipelines.evidence import AcceptedFault
@@ -33,6 +33,7 @@ class Answer:
     num_prompt_tokens: int
     num_cached_tokens: int | None
     ttft_s: float | None
+    tokens: Sequence[TokenLogprob] | None = None
 
 
 class WordCodec:
@@ -72,6 +73,7 @@ class StandInLlm:
         max_tokens: int,
         json_schema: Mapping[str, Any] | None,
         stop: Sequence[str] = (),
+        logprobs: bool = False,
     ) -> Answer:
         if self.fail:
             self.fail -= 1
@@ -307,10 +309,7 @@ async def test_faults_the_sink_failed_to_take_are_offered_again() -> None:
 
     async def quoting(prompt: list[int], **kw: Any) -> Answer:
         ans = await original(prompt, **kw)
-        text = (
-            '{"faults": [{"code": "bearing_noise", "label": "b", "severity": "warning", '
-            '"segment": 0, "quote": "the bearing is grinding loudly"}]}'
-        )
+        text = '{"faults": [{"code": "bearing_noise", "seg": 0}]}'
         return Answer(text, "stop", ans.num_prompt_tokens, 0, 0.01)
 
     llm.complete = quoting  # type: ignore[method-assign]

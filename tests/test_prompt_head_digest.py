@@ -1,11 +1,12 @@
 """The slow tier's prompt head for the shipped catalogue, byte for byte.
 
-The tuned model (models/smollm2-135m-edge) was trained on prompts rendered by
-pipelines.analysis_prompt.render_head, which prints each rule's code, English label,
-severity and first six English `related` words. A catalogue rewrite for the keyword tier
-(subject and symptom terms, classes) must leave that text unchanged, or the model is served
-a prompt it was never trained on. These digests were taken on main (cd27ad6) before the
-rewrite; change them only together with a retrained model.
+The tuned models (models/) were trained on prompts rendered by
+pipelines.analysis_prompt.render_head, which prints the instructions and each rule's code,
+English label, severity and first six English `related` words. A catalogue rewrite for the
+keyword tier (subject and symptom terms, classes) must leave that text unchanged, or the
+model is served a prompt it was never trained on. These digests are those of the head the
+pointing models were trained on (the answer format of 2026-12-02); change them only
+together with a retrained model.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pipelines.analysis_prompt import ChatFrame, render_head
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "agent.yaml"
 DIGESTS = {
-    True: "b5f4e3df6744cb147f582f574c0a8723eb05b862d349dd8a9ff2ec840ff89141",
-    False: "2c4726e9361b77c29acc80d23a53dc8825ae3ff86ed6b9f6c36abb3334dcb5d2",
+    True: "e7a448873576b070dee16df8129f515be48238476561da68f9dbe0485201bdb1",
+    False: "c71c067b0e71619df54b62c576c97298726cdbc8dd68db5ac0fb3d91450ec32d",
 }
 
 

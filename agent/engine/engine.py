@@ -212,12 +212,14 @@ class Engine:
         stop: Sequence[str] = (),
         repetition: RepetitionGuard | None = DEFAULT_GUARD,
         request_id: str | None = None,
+        logprobs: bool = False,
     ) -> AsyncGenerator[GenerationChunk, None]:
         """Stream the answer to token ids or chat messages.
 
         json_schema constrains the output through vLLM structured outputs (bound arrays
         with maxItems: a small model otherwise repeats items until max_tokens).
         repetition stops a looping answer (finish_reason "repetition"); None disables it.
+        logprobs: each chunk carries its tokens' log-probabilities (`token_logprobs`).
         Closing the iterator early aborts the request.
 
         Raises:
@@ -239,6 +241,7 @@ class Engine:
             json_schema=json_schema,
             stop=list(stop),
             repetition=repetition,
+            logprobs=logprobs,
         )
         rid = request_id or uuid.uuid4().hex
         own_guard = (

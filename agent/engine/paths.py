@@ -14,7 +14,7 @@ from pathlib import Path
 __all__ = ["CACHE_DIR_ENV", "DEFAULT_MODEL_NAME", "cache_dir", "default_model_dir", "expand_path"]
 
 CACHE_DIR_ENV = "EDGE_AGENT_CACHE_DIR"
-DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
+DEFAULT_MODEL_NAME = "gemma3-270m"
 _PLACEHOLDER = "${" + CACHE_DIR_ENV + "}"
 
 
@@ -29,7 +29,7 @@ def cache_dir(override: Path | None = None) -> Path:
 
 
 def default_model_dir(cache: Path | None = None) -> Path:
-    """Where the converted default model (SmolLM2-135M-Instruct) lives."""
+    """Where the converted default base (Gemma 3 270M) lives."""
     return cache_dir(cache) / "models" / DEFAULT_MODEL_NAME
 
 

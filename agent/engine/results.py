@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent.engine.model_prep import ModelChoice
+from pipelines.analysis.protocols import TokenLogprob
 
 __all__ = [
     "ChatMessage",
@@ -59,6 +60,7 @@ class GenerationChunk:
     finish_reason: str | None  # stop, length, abort, repetition, error
     num_prompt_tokens: int
     num_cached_tokens: int | None  # prompt tokens served from the prefix cache
+    token_logprobs: tuple[TokenLogprob, ...] | None = None  # asked for with logprobs=True
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class GenerationResult:
     num_cached_tokens: int | None
     ttft_s: float | None
     total_s: float
+    tokens: tuple[TokenLogprob, ...] | None = None  # each token's log-probability, if asked
 
     @property
     def tokens_per_s(self) -> float | None:

@@ -2,7 +2,8 @@
 
 MTP heads are trained with the model and usually accept well; a trained draft (an EAGLE-3
 head shipped beside a tuned model, agent/engine/draft.py) is the next best; prompt lookup
-(ngram) costs nothing to draft and suits answers that quote the transcript. A draft that is
+(ngram) costs nothing to draft and suits answers that repeat what the prompt holds (the
+catalogue's codes, line numbers). A draft that is
 rejected still
 costs verify compute, so when acceptance stays low the controller steps k down
 (3, 2, 1, off). vLLM fixes k when the engine starts, so a step is a *target* that the

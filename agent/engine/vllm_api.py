@@ -28,6 +28,7 @@ from agent.engine.profile import EngineProfile
 from agent.engine.repetition import RepetitionGuard
 from agent.engine.speculative import SpeculationPlan
 from agent.engine.stats import StatsCollector, StepStats
+from pipelines.analysis.protocols import TokenLogprob
 
 __all__ = ["Output", "VllmHandle", "construct", "stat_logger_factory", "vllm_installed"]
 
@@ -88,8 +89,11 @@ class VllmHandle:
         stop: list[str],
         json_schema: Mapping[str, Any] | None,
         repetition: RepetitionGuard | None,
+        logprobs: bool = False,
     ) -> Any:
-        """vLLM's SamplingParams for one request; chunks carry only what is new."""
+        """vLLM's SamplingParams for one request; chunks carry only what is new.
+        `logprobs`: the sampled token's log-probability with each token (vLLM's
+        `logprobs=0`; under a schema, over the tokens the grammar allows)."""
         sp = self._sampling
         kw: dict[str, Any] = {
             "max_tokens": max_tokens,
@@ -102,6 +106,8 @@ class VllmHandle:
             kw["detokenize"] = False  # skip_tokenizer_init: token ids only
         if stop:
             kw["stop"] = stop
+        if logprobs:
+            kw["logprobs"] = 0
         if json_schema is not None:
             kw["structured_outputs"] = sp.StructuredOutputsParams(json=dict(json_schema))
         if repetition is not None:
@@ -177,6 +183,21 @@ class Output:
     @property
     def finished(self) -> bool:
         return bool(self._out.finished)
+
+    @property
+    def token_logprobs(self) -> tuple[TokenLogprob, ...] | None:
+        """The new tokens' log-probabilities (asked with logprobs), else None. vLLM gives
+        one {token id: Logprob} per token, the sampled token among them."""
+        per_token = getattr(self._comp, "logprobs", None)
+        if per_token is None:
+            return None
+        out = []
+        for token_id, entry in zip(self._comp.token_ids, per_token, strict=False):
+            chosen = entry.get(token_id)
+            if chosen is None:
+                return None
+            out.append(TokenLogprob(str(chosen.decoded_token or ""), float(chosen.logprob)))
+        return tuple(out)
 
     @property
     def finish_reason(self) -> str | None:

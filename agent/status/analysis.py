@@ -74,6 +74,11 @@ class ContextStatus(StatusModel):
         description="Answers that did not parse (a truncated or looping answer: the "
         "repetition guard stops it).",
     )
+    unscored_answers: int = Field(
+        title="Unscored answers",
+        description="Answers with faults but no token probabilities from the engine: their "
+        "faults were judged without the confidence threshold.",
+    )
     timeouts: int = Field(title="Timeouts", description="Analyses over the time limit.")
     failures: int = Field(title="Failures", description="Analyses that failed otherwise.")
     retry_in_s: float | None = Field(

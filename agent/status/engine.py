@@ -34,6 +34,11 @@ class ModelStatus(StatusModel):
         "mismatched); the base serves meanwhile.",
     )
     warning: str | None = Field(title="Warning", description="A caveat about the choice.")
+    licence: str | None = Field(
+        title="Licence",
+        description="A bundled base's licence (`Apache-2.0` for SmolLM2, `Gemma Terms of Use` "
+        "for Gemma 3); null for a model folder of your own.",
+    )
     line: str = Field(title="Line", description="The one line `agentctl status` shows.")
 
 

@@ -155,7 +155,9 @@ class PlainLlm:
         max_tokens: int,
         json_schema: Mapping[str, Any] | None,
         stop: Sequence[str] = (),
+        logprobs: bool = False,
     ) -> GenerationResult:
+        """Free text with random weights: no schema, so no confidence either."""
         self.requests += 1
         return await self.inner.complete(
             prompt, max_tokens=min(max_tokens, self.max_tokens), json_schema=None, stop=()
@@ -577,7 +579,7 @@ async def prepare(args: argparse.Namespace) -> Setup:
     if plain:  # the tokenizer-less codec, checked before a device minute is spent
         check = WordHashCodec(high=min(150_000, vocab))
         sample = generate_shift(0.01, seed=args.seed)[0]
-        line = render_line(sample.seq, sample.start, sample.text)
+        line = render_line(sample.seq, sample.text)
         (ids,) = await check.encode([line])
         assert ids == check.encode_text(line), "unstable"
         assert all(check.low <= t < check.high for t in ids if t != check.NEWLINE), ids
@@ -601,11 +603,11 @@ async def replay_all(
     settings, budget = setup.settings, setup.budget
     # Text: one shift long enough for both policies, generated once.
     probe = generate_shift(1.0, seed=args.seed, seg_s=args.seg_s)[:200]
-    probe_ids = await codec.encode([render_line(s.seq, s.start, s.text) for s in probe])
+    probe_ids = await codec.encode([render_line(s.seq, s.text) for s in probe])
     per_segment = statistics.mean(len(x) for x in probe_ids)
     hours = args.hours or estimate_hours(args, budget, per_segment, settings.drop_fraction)
     segments = generate_shift(hours, seed=args.seed, seg_s=args.seg_s)
-    encoded = await codec.encode([render_line(s.seq, s.start, s.text) for s in segments])
+    encoded = await codec.encode([render_line(s.seq, s.text) for s in segments])
     tokens = [len(x) if s.text.strip() else 0 for s, x in zip(segments, encoded, strict=True)]
     print(
         f"shift: {hours} h, {len(segments)} segments, {statistics.mean(tokens):.1f} tokens a "

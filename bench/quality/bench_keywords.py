@@ -123,7 +123,9 @@ def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.bench_keywords")
     parser.add_argument(
-        "--part", choices=["dev", "holdout", "blind", "blind2", "blind3", "blind4"], default="dev"
+        "--part",
+        choices=["dev", "holdout", "blind", "blind2", "blind3", "blind4", "blind5"],
+        default="dev",
     )
     parser.add_argument(
         "--baseline", type=Path, default=None, help="a checkout of another commit, run first"

@@ -13,8 +13,9 @@ generator; `check_set.py` validates it.
 
 Printed (and written to bench/quality/results/<part>-<date>.md/.json): per tier and
 language, recall on paraphrased and on keyword-named faults, precision, false alarms on
-negatives and from injections; for the slow tier also JSON validity, evidence exactness
-(each proposed quote found verbatim in the stream, normalized), analysis latency p50/p95,
+negatives and from injections; for the slow tier also JSON validity, pointing (each
+proposed fault of the stream's code at a segment its writer labelled as evidence), analysis
+latency p50/p95,
 first token p50/p95, answer tokens, prompt-lookup acceptance; tokens per segment per
 language and what they cost.
 """
@@ -28,9 +29,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
-import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,8 +44,7 @@ import yaml
 
 from agent.demo import run_argv
 from agent.devbroker import DevBroker
-from bench._common import machine, md_table, percentile
-from pipelines.evidence import normalize_quote
+from bench._common import machine, md_table, percentile, revision
 
 REPO = Path(__file__).resolve().parents[2]
 SET = Path(__file__).resolve().parent / "set"
@@ -63,6 +63,7 @@ class Case:
     negative: str | None
     faults: tuple[str, ...]
     segments: tuple[str, ...]
+    evidence: tuple[int, ...] = ()  # 0-based indices of the segments that show the faults
 
 
 @dataclass
@@ -83,7 +84,7 @@ def load_set(part: str) -> list[Case]:
     rows = yaml.safe_load((SET / f"{part}.yaml").read_text(encoding="utf-8"))
     return [
         Case(r["id"], r["lang"], r["kind"], r.get("negative"), tuple(r["faults"]),
-             tuple(r["segments"]))
+             tuple(r["segments"]), tuple(r.get("evidence") or ()))
         for r in rows
     ]  # fmt: skip
 
@@ -300,10 +301,6 @@ def _read_log(run: Run, path: Path) -> None:
 # -- scoring ------------------------------------------------------------------------------
 
 
-def _fold(text: str) -> str:
-    return normalize_quote(unicodedata.normalize("NFKC", text))
-
-
 def score_tier(cases: Sequence[Case], run: Run, tier: str, lang: str | None) -> dict[str, Any]:
     chosen = [c for c in cases if lang is None or c.lang == lang]
     found: dict[str, list[int]] = {"paraphrase": [0, 0], "keyword": [0, 0]}
@@ -344,18 +341,17 @@ def score_llm(cases: Sequence[Case], run: Run, lang: str | None) -> dict[str, An
     by_id = {c.id: c for c in cases}
     chosen = {c.id for c in cases if lang is None or c.lang == lang}
     answers = [a for a in run.answers if a.get("stream_id") in chosen]
-    valid = proposed = exact = 0
+    valid = proposed = pointed = 0
     for a in answers:
         try:
             faults = json.loads(a["answer"])["faults"]
         except (ValueError, KeyError, TypeError):
             continue
         valid += 1
-        heard = [_fold(s) for s in by_id[a["stream_id"]].segments]
+        case = by_id[a["stream_id"]]
         for f in faults:
             proposed += 1
-            quote = _fold(str(f.get("quote", "")))
-            exact += bool(quote) and any(quote in s for s in heard)
+            pointed += f.get("code") in case.faults and f.get("seg") in case.evidence
     done = [a for a in run.analyses if a.get("stream_id") in chosen]
     latency = [float(a["latency_s"]) for a in done if a.get("latency_s") is not None]
     ttft = [float(a["ttft_s"]) for a in done if a.get("ttft_s") is not None]
@@ -364,7 +360,7 @@ def score_llm(cases: Sequence[Case], run: Run, lang: str | None) -> dict[str, An
         "analyses": len(done),
         "json_valid": valid / len(answers) if answers else None,
         "faults_proposed": proposed,
-        "evidence_exact": exact / proposed if proposed else None,
+        "pointed_at_evidence": pointed / proposed if proposed else None,
         "latency_p50_s": percentile(latency, 0.5),
         "latency_p95_s": percentile(latency, 0.95),
         "ttft_p50_s": percentile(ttft, 0.5),
@@ -386,7 +382,7 @@ def segment_tokens(cases: Sequence[Case]) -> dict[str, dict[str, float]]:
         texts = [s for c in cases if c.lang == lang for s in c.segments]
         if not texts:  # --only streams of one language
             continue
-        ids = encode_texts(tok, [render_line(1, 0.0, t) for t in texts], trusted=False)
+        ids = encode_texts(tok, [render_line(1, t) for t in texts], trusted=False)
         chars = sum(len(t) for t in texts)
         tokens = sum(len(i) for i in ids)
         out[lang] = {
@@ -427,7 +423,7 @@ def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, 
             s = score_llm(cases, run, lang)
             entry["llm"][lang or "all"] = s
             llm_rows.append([run.label, lang or "all", s["analyses"], s["json_valid"],
-                             s["faults_proposed"], s["evidence_exact"], s["latency_p50_s"],
+                             s["faults_proposed"], s["pointed_at_evidence"], s["latency_p50_s"],
                              s["latency_p95_s"], s["ttft_p50_s"], s["ttft_p95_s"],
                              s["prompt_tokens_p50"]])  # fmt: skip
         data["runs"][run.label] = entry
@@ -438,8 +434,8 @@ def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, 
         tier_rows))  # fmt: skip
     lines.append("\n## The slow tier's answers\n")
     llm_headers = ["model", "lang", "analyses", "JSON valid", "faults proposed",
-                   "evidence exact", "latency p50 s", "p95 s", "TTFT p50 s", "p95 s",
-                   "prompt tokens p50"]  # fmt: skip
+                   "right code at a labelled segment", "latency p50 s", "p95 s",
+                   "TTFT p50 s", "p95 s", "prompt tokens p50"]  # fmt: skip
     lines.append(md_table(llm_headers, llm_rows))
     spec = [[r.label, r.model_line, data["runs"][r.label]["spec_acceptance_rate"],
              r.engine_start_s] for r in runs]  # fmt: skip
@@ -447,7 +443,7 @@ def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, 
     lines.append(md_table(["model", "served", "prompt-lookup acceptance", "engine start s"], spec))
     tokens = segment_tokens(cases)
     data["tokens"] = tokens
-    lines.append("\n## What a segment costs, per language (SmolLM2's tokenizer)\n")
+    lines.append("\n## What a segment costs, per language (the default base's tokenizer)\n")
     lines.append(md_table(
         ["lang", "segments", "chars / segment", "tokens / segment", "tokens / char",
          "segments in a 4K window"],
@@ -459,7 +455,9 @@ def report(part: str, cases: Sequence[Case], runs: Sequence[Run]) -> tuple[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.quality.bench_quality")
     parser.add_argument(
-        "--part", choices=["dev", "holdout", "blind", "blind2", "blind3", "blind4"], default="dev"
+        "--part",
+        choices=["dev", "holdout", "blind", "blind2", "blind3", "blind4", "blind5"],
+        default="dev",
     )
     parser.add_argument("--models", default="tuned,base", help="tuned and/or base, in order")
     parser.add_argument("--only", default=None, help="comma-separated stream ids (debugging)")
@@ -475,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     for label in args.models.split(","):
         runs.append(asyncio.run(_run_service(label, [*variants[label], *args.extra], cases)))
     text, data = report(args.part, cases, runs)
+    data["revision"] = revision()
+    data["command"] = " ".join(["python -m bench.quality.bench_quality", *(argv or sys.argv[1:])])
+    text = text.replace("\n\n", f"\n\nRevision {data['revision']}; `{data['command']}`.\n\n", 1)
     print(text)
     if not args.no_write:
         write_results(args.part, text, data)

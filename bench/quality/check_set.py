@@ -50,6 +50,7 @@ FILES = {
     "blind2": SET_DIR / "blind2.yaml",
     "blind3": SET_DIR / "blind3.yaml",
     "blind4": SET_DIR / "blind4.yaml",
+    "blind5": SET_DIR / "blind5.yaml",
 }
 
 KINDS = ("paraphrase", "keyword", "negative")
@@ -102,6 +103,12 @@ PARTS = {
     "blind4": PartSpec(
         {"paraphrase": 0, "keyword": 10, "negative": 10},
         max_segments=10,
+        phrases_define_keyword=False,
+    ),
+    # the slow tier's: paraphrases, long build-ups, near-miss keyword phrases
+    "blind5": PartSpec(
+        {"paraphrase": 12, "keyword": 8, "negative": 12},
+        max_segments=12,
         phrases_define_keyword=False,
     ),
 }

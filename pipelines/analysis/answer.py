@@ -1,7 +1,7 @@
 """One analysis's answer: asked under a deadline, parsed and checked, cut down to the news.
 
 The scheduler (pipelines/analysis/scheduler.py) runs an analysis as: feed the window
-(pipelines/analysis/window.py), `ask` the engine, `judge` the answer (every quote checked by
+(pipelines/analysis/window.py), `ask` the engine, `judge` the answer (every pointed line checked by
 pipelines.evidence), deliver what `news` keeps, `remember` it, and report.
 """
 
@@ -15,14 +15,15 @@ from typing import Any
 
 import structlog
 
+from pipelines.analysis.confidence import fault_confidences
 from pipelines.analysis.protocols import AnalysisLlm, LlmAnswer
 from pipelines.analysis.settings import AnalysisSettings
 from pipelines.analysis.state import StreamState
 from pipelines.context import ContextLine
 from pipelines.detect import FaultRule
-from pipelines.evidence import AcceptedFault, parse_answer, verify
+from pipelines.evidence import AcceptedFault, EvidenceRules, parse_answer, verify
 
-__all__ = ["AnalysisReport", "ask", "judge", "news", "remember"]
+__all__ = ["AnalysisReport", "ask", "evidence_rules", "judge", "news", "remember"]
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +61,9 @@ async def ask(
     """
     try:
         return await asyncio.wait_for(
-            llm.complete(prompt, max_tokens=settings.max_output_tokens, json_schema=schema),
+            llm.complete(
+                prompt, max_tokens=settings.max_output_tokens, json_schema=schema, logprobs=True
+            ),
             settings.analysis_timeout_s,
         )
     except asyncio.TimeoutError:
@@ -100,23 +103,39 @@ def judge(
             answer=answer.text[:200],
         )
         return False, (), rejected
-    verdict = verify(
-        parsed,
-        lines,
-        catalogue,
-        disabled=disabled,
-        allow_other=settings.allow_other,
-        other_max_severity=settings.other_max_severity,
-        min_quote_chars=settings.min_quote_chars,
-        require_topic_word=settings.require_topic_word,
-    )
+    confidences = fault_confidences(answer.tokens, len(parsed.faults))
+    if confidences is None and parsed.faults:
+        st.unscored_answers += 1  # no token probabilities: the thresholds cannot apply
+        log.warning(
+            "analysis.unscored_answer",
+            stream_id=st.stream_id,
+            faults=len(parsed.faults),
+            reason="the engine reported no token probabilities for it",
+        )
+    verdict = verify(parsed, lines, evidence_rules(settings, catalogue, disabled), confidences)
     st.rejected.update(verdict.rejected)
     return True, verdict.accepted, verdict.rejected
 
 
+def evidence_rules(
+    settings: AnalysisSettings, catalogue: Mapping[str, FaultRule], disabled: Collection[str]
+) -> EvidenceRules:
+    """The evidence rules the `llm:` settings ask for, on this catalogue and stream."""
+    return EvidenceRules(
+        catalogue=catalogue,
+        disabled=disabled,
+        allow_other=settings.allow_other,
+        other_max_severity=settings.other_max_severity,
+        require_topic_word=settings.require_topic_word,
+        reject_all_clear=settings.reject_all_clear,
+        min_confidence=settings.min_confidence,
+        confidence_by_code=settings.confidence,
+    )
+
+
 def news(st: StreamState, accepted: Sequence[AcceptedFault]) -> tuple[AcceptedFault, ...]:
-    """The accepted faults not reported before. An old quote is not news: each (fault,
-    segment) reaches the tracker once, so a fault quoted from the window again and again
+    """The accepted faults not reported before. An old line is not news: each (fault,
+    segment) reaches the tracker once, so a fault pointed at in the window again and again
     does not keep its alert alive."""
     return tuple(f for f in accepted if _report_key(f) not in st.reported)
 

@@ -7,16 +7,33 @@ engine or anything else that has these methods.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipelines.analysis_prompt import ChatFrame
 from pipelines.evidence import AcceptedFault
 
-__all__ = ["AnalysisLlm", "FaultSink", "LlmAnswer", "LlmUnavailable", "TokenCodec"]
+__all__ = [
+    "AnalysisLlm",
+    "FaultSink",
+    "LlmAnswer",
+    "LlmUnavailable",
+    "TokenCodec",
+    "TokenLogprob",
+]
 
 
 class LlmUnavailable(Exception):
     """The engine cannot serve now (stopped, starting, dead); try again when it is back."""
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its text as the engine decoded it, and its log-probability
+    under the schema (the engine applies the grammar's mask before it samples)."""
+
+    text: str
+    logprob: float
 
 
 class LlmAnswer(Protocol):
@@ -30,6 +47,9 @@ class LlmAnswer(Protocol):
     def num_cached_tokens(self) -> int | None: ...
     @property
     def ttft_s(self) -> float | None: ...
+    @property
+    def tokens(self) -> Sequence[TokenLogprob] | None:
+        """Every generated token with its log-probability, where the engine reports them."""
 
 
 class AnalysisLlm(Protocol):
@@ -43,8 +63,10 @@ class AnalysisLlm(Protocol):
         max_tokens: int,
         json_schema: Mapping[str, Any] | None,
         stop: Sequence[str] = (),
+        logprobs: bool = False,
     ) -> LlmAnswer:
-        """Raises LlmUnavailable when the engine is not serving."""
+        """Raises LlmUnavailable when the engine is not serving. `logprobs`: report each
+        generated token's log-probability (`LlmAnswer.tokens`)."""
 
 
 class TokenCodec(Protocol):

@@ -83,7 +83,6 @@ class Analyzer:
         self.schema: dict[str, Any] = analysis_schema(
             list(self._catalogue),
             max_faults=settings.max_faults,
-            max_quote_chars=settings.max_quote_chars,
             allow_other=settings.allow_other,
         )
         self._pending_max_chars = budget * 4  # more than a window's worth is dropped anyway

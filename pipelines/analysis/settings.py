@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.detect import Severity
 
@@ -32,20 +32,10 @@ class AnalysisSettings(BaseModel):
         "forces one full re-prefill, so drops are rare and large, never token by token.",
     )
     max_output_tokens: int = Field(
-        256, ge=32, le=4096, title="Answer length", description="Token limit of one answer."
+        128, ge=32, le=4096, title="Answer length", description="Token limit of one answer."
     )
     max_faults: int = Field(
         4, ge=1, le=16, title="Faults per answer", description="The schema's maxItems."
-    )
-    max_quote_chars: int = Field(
-        200, ge=16, le=2000, title="Quote length", description="Longest evidence quote."
-    )
-    min_quote_chars: int = Field(
-        8,
-        ge=1,
-        title="Shortest quote",
-        description="Quotes shorter than this (normalized; a CJK character counts as two) "
-        "are not evidence.",
     )
     allow_other: bool = Field(
         True,
@@ -57,11 +47,32 @@ class AnalysisSettings(BaseModel):
         title="Severity cap of `other`",
         description="An `other` fault is never raised above this severity.",
     )
+    min_confidence: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        title="Confidence threshold",
+        description="A fault the engine answered with a lower probability (of the tokens "
+        "that open it and name its code) is rejected as low_confidence. Codes listed in "
+        "`confidence` use their own threshold.",
+    )
+    confidence: dict[str, float] = Field(
+        default_factory=dict,
+        title="Confidence threshold per code",
+        description="Fault code -> threshold, calibrated for the served model on the "
+        "development parts of bench/quality (python -m bench.quality.bench_slow --calibrate).",
+    )
     require_topic_word: bool = Field(
-        True,
-        title="Quote must name the fault",
-        description="A catalogue fault's quote must hold a word of its labels, keywords or "
-        "related words; off-topic quotes are rejected (off_topic).",
+        False,
+        title="Segment must name the fault",
+        description="A catalogue fault's segment must hold a word of its labels, keywords "
+        "or related words; other segments are rejected (off_topic).",
+    )
+    reject_all_clear: bool = Field(
+        False,
+        title="Reject all-clear segments",
+        description="A fault whose segment reads as all-clear (a negation, 'normal', "
+        "没有) is rejected (all_clear).",
     )
     concurrency: int = Field(
         1,
@@ -94,3 +105,11 @@ class AnalysisSettings(BaseModel):
         description="Hard cap of one note in tokens; the head keeps room for max_summaries of "
         "them, so a new note never forces a second drop.",
     )
+
+    @field_validator("confidence")
+    @classmethod
+    def _thresholds(cls, v: dict[str, float]) -> dict[str, float]:
+        for code, threshold in v.items():
+            if not 0.0 <= threshold <= 1.0:
+                raise ValueError(f"{code}: a threshold is a probability, 0 to 1 (got {threshold})")
+        return v

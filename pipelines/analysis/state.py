@@ -46,6 +46,7 @@ class StreamState:
     accepted: int = 0
     rejected: Counter[str] = field(default_factory=Counter)
     invalid_answers: int = 0
+    unscored_answers: int = 0  # faults answered without token probabilities
     timeouts: int = 0
     failures: int = 0
     shed_lines: int = 0
@@ -72,6 +73,7 @@ class StreamState:
             "faults_accepted": self.accepted,
             "faults_rejected": dict(self.rejected),
             "invalid_answers": self.invalid_answers,
+            "unscored_answers": self.unscored_answers,
             "timeouts": self.timeouts,
             "failures": self.failures,
             "retry_in_s": round(max(0.0, self.retry_at - now), 1) if self.retry_delay else None,

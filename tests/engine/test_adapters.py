@@ -2,8 +2,9 @@
 fatal: a missing or damaged adapter leaves the base in service with the reason.
 
 Real parts: safetensors files written and read by the real library, torch for the
-arithmetic, the shipped adapter (models/smollm2-135m-edge) merged into the real converted
-base by the same call setup and the engine's start make."""
+arithmetic, the shipped adapters (models/gemma3-270m-edge, the default, and
+models/smollm2-135m-edge) merged into the real converted bases by the same call setup and
+the engine's start make."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "models" / "smollm2-135m-edge"
+DEFAULT = REPO / "models" / "gemma3-270m-edge"
 MODULES = ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"]
 SHAPES = {"model.layers.0.self_attn.q_proj": (8, 6), "model.layers.0.mlp.down_proj": (6, 10)}
 
@@ -175,20 +177,41 @@ def test_a_missing_or_damaged_adapter_serves_the_base_and_says_why(
     assert choice.weights_sha256 == model_digest(base)
 
 
-def test_the_shipped_adapter_merges_into_the_converted_base(default_model: Path) -> None:
+def test_the_default_adapter_merges_into_the_converted_base() -> None:
     """What setup does (python -m agent.engine.model_prep): the cpu-dev profile's adapter,
-    found in models/, merged into the real base; the model card's base digest is it."""
+    found in models/, merged into the real base; the model card's base digest is it, and the
+    choice names the base's licence."""
+    from agent.engine.model_prep import ensure_base
+
     profile = load_engine_profile("cpu-dev")
-    assert profile.adapter == "smollm2-135m-edge" and find_adapter(profile.adapter) == SHIPPED
+    assert profile.adapter == "gemma3-270m-edge" and find_adapter(profile.adapter) == DEFAULT
     choice = resolve_model(profile)
+    assert choice.adapter == "gemma3-270m-edge" and choice.adapter_error is None
+    assert choice.path.name == "gemma3-270m+gemma3-270m-edge"
+    assert choice.licence == "Gemma Terms of Use" and "Gemma Terms of Use" in choice.line()
+    meta = json.loads((DEFAULT / "adapter_meta.json").read_text())
+    assert meta["base_weights_sha256"] == model_digest(ensure_base("gemma3-270m"))
+    assert choice.warning is None
+    base = resolve_model(profile.model_copy(update={"adapter": None}))
+    assert base.path == ensure_base("gemma3-270m") and base.adapter is None
+    assert base.weights_sha256 != choice.weights_sha256
+    # a derivative of Gemma carries its terms (the .deb installs both files beside it)
+    assert "Gemma Terms of Use" in (DEFAULT / "NOTICE").read_text()
+    assert "Section 1: DEFINITIONS" in (DEFAULT / "GEMMA_TERMS.txt").read_text()
+
+
+def test_the_smollm2_adapter_merges_into_its_base(smollm2_model: Path) -> None:
+    """The other bundled base stays selectable with its own adapter."""
+    profile = load_engine_profile("cpu-dev").model_copy(
+        update={"model": str(smollm2_model), "adapter": "smollm2-135m-edge"}
+    )
+    choice = resolve_model(profile)
+    assert find_adapter("smollm2-135m-edge") == SHIPPED
     assert choice.adapter == "smollm2-135m-edge" and choice.adapter_error is None
     assert choice.path.name == "smollm2-135m-instruct+smollm2-135m-edge"
     meta = json.loads((SHIPPED / "adapter_meta.json").read_text())
-    assert meta["base_weights_sha256"] == model_digest(default_model)
-    assert choice.warning is None
-    base = resolve_model(profile.model_copy(update={"adapter": None}))
-    assert base.path == default_model and base.adapter is None
-    assert base.weights_sha256 != choice.weights_sha256
+    assert meta["base_weights_sha256"] == model_digest(smollm2_model)
+    assert choice.warning is None and choice.licence == "Apache-2.0"
 
 
 def test_a_base_without_weights_to_merge_into_is_served_as_it_is(

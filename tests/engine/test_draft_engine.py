@@ -19,9 +19,9 @@ pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="session")]
 
 
-async def test_service_starts_vllm_cpu_with_the_draft(default_model: Path, tmp_path: Path) -> None:
+async def test_service_starts_vllm_cpu_with_the_draft(smollm2_model: Path, tmp_path: Path) -> None:
     profile = load_engine_profile("cpu-dev")
-    target_cfg = read_config(default_model)
+    target_cfg = read_config(smollm2_model)
     shape = eagle3.DraftShape.from_target(target_cfg, 1024)
     head = eagle3.Eagle3Draft(shape)
     head.set_vocab(torch.arange(1024), torch.zeros(shape.vocab, shape.hidden))
@@ -30,7 +30,7 @@ async def test_service_starts_vllm_cpu_with_the_draft(default_model: Path, tmp_p
     spec = profile.speculative.model_copy(
         update={"method": "draft", "draft": str(draft), "num_speculative_tokens": 2}
     )
-    profile = profile.model_copy(update={"model": str(default_model), "speculative": spec})
+    profile = profile.model_copy(update={"model": str(smollm2_model), "speculative": spec})
     eng = Engine()
     await eng.start(profile)
     try:

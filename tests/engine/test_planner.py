@@ -454,8 +454,8 @@ def test_smollm2_from_safetensors_headers_on_cpu_dev(model_dir: ModelDirFactory)
     assert plan.verdict == "fits 8K with bf16 KV"
 
 
-def test_smollm2_real_converted_checkpoint(default_model: Path) -> None:
-    plan = plan_memory(default_model, load_engine_profile("cpu-dev"))
+def test_smollm2_real_converted_checkpoint(smollm2_model: Path) -> None:
+    plan = plan_memory(smollm2_model, load_engine_profile("cpu-dev"))
     assert plan.weight_bytes == 269_030_016
     assert plan.kv_capacity_tokens == 11_648
 

@@ -68,9 +68,7 @@ def test_cpu_dev_model_path_follows_the_cache_dir(
 ) -> None:
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
     profile = load_engine_profile("cpu-dev")
-    assert (
-        profile.model_path() == default_model_dir() == tmp_path / "models" / "smollm2-135m-instruct"
-    )
+    assert profile.model_path() == default_model_dir() == tmp_path / "models" / "gemma3-270m"
     assert profile.compile_cache_path() == tmp_path / "vllm"
 
 
