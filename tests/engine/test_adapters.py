@@ -181,8 +181,12 @@ def test_the_default_adapter_merges_into_the_converted_base() -> None:
     """What setup does (python -m agent.engine.model_prep): the cpu-dev profile's adapter,
     found in models/, merged into the real base; the model card's base digest is it, and the
     choice names the base's licence."""
-    from agent.engine.model_prep import ensure_base
+    from agent.engine.model_prep import ModelPrepError, ensure_base
 
+    try:
+        ensure_base("gemma3-270m")
+    except ModelPrepError as exc:  # a venv without the llm extra (the Python 3.10 job)
+        pytest.skip(f"Gemma 3 270M unavailable: {exc}")
     profile = load_engine_profile("cpu-dev")
     assert profile.adapter == "gemma3-270m-edge" and find_adapter(profile.adapter) == DEFAULT
     choice = resolve_model(profile)
