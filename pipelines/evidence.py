@@ -178,7 +178,9 @@ def verify(
     confidences: Sequence[float | None] | None = None,
 ) -> Verdict:
     """The faults of `answer` that its window's `lines` bear out; `confidences` is the
-    engine's probability of each fault, in answer order (None: not reported)."""
+    engine's probability of each fault, in answer order (None: the answer was not scored,
+    no threshold applies; a None entry in a scored answer is a fault the scores cannot
+    read, rejected as low_confidence)."""
     rejected: Counter[str] = Counter()
     accepted: list[AcceptedFault] = []
     seen: set[tuple[str, int]] = set()
@@ -187,6 +189,10 @@ def verify(
         segments.setdefault(line.seq, []).append(line)
     for i, fault in enumerate(answer.faults):
         conf = confidences[i] if confidences is not None and i < len(confidences) else None
+        if confidences is not None and conf is None:
+            # the engine scored the answer but not this fault (a NaN): not trusted
+            rejected["low_confidence"] += 1
+            continue
         verdict = _judge(fault, conf, segments, rules)
         if isinstance(verdict, str):
             rejected[verdict] += 1

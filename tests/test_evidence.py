@@ -227,3 +227,13 @@ def test_other_fault_must_name_its_label_and_not_command() -> None:
     )
     assert v.rejected == {"off_topic": 1, "instruction_in_evidence": 1}
     assert [f.code for f in v.accepted] == ["other:hot_casing"]
+
+
+def test_a_fault_the_scores_cannot_read_is_rejected_in_a_scored_answer() -> None:
+    """A NaN from the engine gives that fault no confidence: rejected, while an answer with
+    no scores at all (a stand-in engine) is judged without thresholds."""
+    lines = [ContextLine(0, 0.0, 1.0, "oil all over the floor", (1,))]
+    leak = answer({"code": "leak", "seg": 0})
+    rules = EvidenceRules(catalogue=CATALOGUE, min_confidence=0.5)
+    assert verify(leak, lines, rules, [None]).rejected == {"low_confidence": 1}
+    assert [f.code for f in verify(leak, lines, rules, None).accepted] == ["leak"]
