@@ -153,17 +153,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rescore", type=Path, default=None, help="re-render a results.json")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    catalogue = {r.code: r for r in load_config(CONFIG).config.faults}
+    config = load_config(CONFIG).config
+    catalogue = {r.code: r for r in config.faults}
+    shipped = config.llm
     # a code the fit never saw answered keeps the config's default threshold
-    floor = Rules(min_confidence=load_config(CONFIG).config.llm.min_confidence)
+    floor = Rules(min_confidence=shipped.min_confidence)
+    command = " ".join(
+        shlex.quote(a)
+        for a in [sys.executable, "-m", "bench.quality.bench_slow", *(argv or sys.argv[1:])]
+    )
+    # read before the runs (minutes of engine time), not after them
+    fitted: dict[str, dict[str, float]] = {}
+    if args.thresholds_from is not None:
+        fitted = json.loads(args.thresholds_from.read_text(encoding="utf-8"))["calibrated"]
     if args.rescore is not None:
         data = json.loads(args.rescore.read_text(encoding="utf-8"))
-        data["rescored_by"] = " ".join(
-            shlex.quote(a)
-            for a in [sys.executable, "-m", "bench.quality.bench_slow", *(argv or sys.argv[1:])]
-        )
+        data["rescored_by"] = command
         if args.thresholds_from is not None:
-            fitted = json.loads(args.thresholds_from.read_text(encoding="utf-8"))["calibrated"]
             data["calibrated"] = {k: fitted[k] for k in data["runs"] if k in fitted}
             data["thresholds_from"] = str(args.thresholds_from)
         if args.calibrate:
@@ -175,11 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.candidates is None:
         parser.error("--candidates is needed (or --rescore)")
     parts = {part: load_set(part)[: args.limit or None] for part in args.parts.split(",")}
-    shipped = load_config(CONFIG).config.llm
-    # read before the runs (minutes of engine time), not after them
-    fitted: dict[str, dict[str, float]] = {}
-    if args.thresholds_from is not None:
-        fitted = json.loads(args.thresholds_from.read_text(encoding="utf-8"))["calibrated"]
     runs: dict[str, Any] = {}
     for spec in args.candidates.split(","):
         label, base, adapter = parse_candidate(spec)
@@ -195,10 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             calibrated[label] = calibrate(run["results"], catalogue, base=floor)
     data = {
         "revision": revision(),
-        "command": " ".join(
-            shlex.quote(a)
-            for a in [sys.executable, "-m", "bench.quality.bench_slow", *(argv or sys.argv[1:])]
-        ),
+        "command": command,
         "machine": machine(),
         "parts": list(parts),
         "shipped_rules": shipped_rules.__dict__ | {"by_code": dict(shipped_rules.by_code)},
