@@ -23,6 +23,16 @@ from agent.devsubscriber import PersistentSubscriber
 from pipelines.compat import timeout as async_timeout
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def unit_stop_timeout_s() -> float:
+    """How long systemd waits for the service to stop (the unit's TimeoutStopSec)."""
+    for line in (REPO / "systemd" / "edge-agent.service").read_text().splitlines():
+        if line.startswith("TimeoutStopSec="):
+            return float(line.split("=", 1)[1])
+    raise AssertionError("systemd/edge-agent.service names no TimeoutStopSec")
+
+
 SAMPLE = REPO / "configs" / "samples" / "line3-shift.jsonl"
 
 
@@ -44,9 +54,17 @@ class AgentProcess:
         return self
 
     def terminate(self, timeout: float = 30) -> int:
+        """SIGTERM, then the exit status; a stop past `timeout` fails with the end of the
+        service's log (a stop past 45 s has written its threads' stacks there)."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            tail = self.log_path.read_text(errors="replace")[-6000:]
+            raise AssertionError(
+                f"the service did not stop within {timeout:g} s of SIGTERM; its log ends:\n{tail}"
+            ) from None
 
     def kill(self) -> None:
         """SIGKILL the service and everything of its session (its engine core)."""

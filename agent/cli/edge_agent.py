@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -21,6 +24,11 @@ SetOpt = Annotated[
     typer.Option("--set", help="Override a key: --set mqtt.port=1884 (repeatable)."),
 ]
 ProfileOpt = Annotated[str | None, typer.Option(help="Device profile; overrides the file's.")]
+
+# systemd's TimeoutStopSec is 90 s (systemd/edge-agent.service): a stop still running at
+# half of it writes every thread's stack to stderr (the journal), so a slow or stuck stop
+# says where it is before systemd kills it.
+STOP_STACKS_AFTER_S = 45.0
 
 
 @app.command()
@@ -46,8 +54,21 @@ async def _serve(loaded: LoadedConfig) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, _stopper(stop))
     await Daemon(loaded).run(stop)
+
+
+def _stopper(stop: asyncio.Event) -> Callable[[], None]:
+    """The signal handler: stop, and arm the stack dump of a stop that takes too long. The
+    dump stays armed to the process's end: the joins at interpreter exit (the threads of
+    executors) are part of the stop too."""
+
+    def on_signal() -> None:
+        if not stop.is_set():
+            faulthandler.dump_traceback_later(STOP_STACKS_AFTER_S, exit=False, file=sys.stderr)
+        stop.set()
+
+    return on_signal
 
 
 @app.command()
