@@ -229,11 +229,16 @@ class Publisher:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.kick.wait(), self._interval_s())
 
-    async def publish_ack(self, body: dict[str, Any]) -> None:
+    async def publish_ack(self, body: dict[str, Any]) -> bool:
         """A fleet answer, retained, so a fleet tool sees each device's last answer
-        whenever it looks."""
+        whenever it looks. False where the broker was not reached within `_ACK_WAIT_S`
+        (the answer then stands only in the status's `fleet.last`)."""
         payload = json.dumps(body, ensure_ascii=False).encode()
-        with contextlib.suppress(NotConnectedError, asyncio.TimeoutError):
+        try:
             await asyncio.wait_for(self._link.connected.wait(), _ACK_WAIT_S)
             await self._link.publish(self._topics.config_ack, payload, retain=True)
-        self.kick.set()
+        except (NotConnectedError, asyncio.TimeoutError):
+            return False
+        finally:
+            self.kick.set()
+        return True

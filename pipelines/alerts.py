@@ -250,13 +250,6 @@ class AlertTracker:
         now = self._mono()
         return [self._emit(a, EventType.update, now) for a in self._active.values() if a.dirty]
 
-    def end_all(self) -> list[AlertEvent]:
-        """End every active alert (used when a stream is removed, not on shutdown)."""
-        now = self._mono()
-        events = [self._emit(a, EventType.end, now) for a in self._active.values()]
-        self._active.clear()
-        return events
-
     def _next_id_ms(self) -> int:
         # Strictly increasing: an alert raised again in the same millisecond, or after NTP
         # stepped the clock back, must not reuse an id (consumers dedupe by id + seq).

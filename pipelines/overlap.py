@@ -43,10 +43,6 @@ class StreamTimeline:
         self._intervals: deque[tuple[float, float]] = deque(maxlen=history)
         self._tail: deque[str] = deque(maxlen=tail_units)
 
-    @property
-    def covered_until(self) -> float:
-        return max((e for _, e in self._intervals), default=float("-inf"))
-
     def accept(self, seg: Segment) -> MergeResult:
         if seg.seq in self._seqs:
             return MergeResult(True, "seq_repeat", "", "", seg.start)

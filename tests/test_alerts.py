@@ -325,16 +325,6 @@ def test_flush_emits_held_updates_regardless_of_debounce(clocks: Clocks) -> None
     assert len(tracker.active()) == 2  # flushing does not end anything
 
 
-def test_end_all_ends_every_active_alert(clocks: Clocks) -> None:
-    """end_all() emits an end for every active alert and forgets them."""
-    tracker = make_tracker(clocks)
-    tracker.observe(obs(1))
-    tracker.observe(obs(1, stream="mic2"))
-    events = tracker.end_all()
-    assert [e.type for e in events] == [EventType.end, EventType.end]
-    assert tracker.active() == []
-
-
 def test_restore_keeps_ids_and_continues_sequence(clocks: Clocks) -> None:
     """Alerts restored after a restart keep their id and continue their event seq."""
     before = make_tracker(clocks)

@@ -31,6 +31,7 @@ from agent.fleet.document import (
 from agent.fleet.layers import check_remote, next_layer, parse_pointer
 from agent.fleet.manager import FleetManager, Health
 from agent.fleet.store import FleetStore
+from agent.status.fleet import FleetStatus
 from pipelines.compat import timeout
 from tests.helpers import MqttWatcher, publish_all, sample, scrape, segment_items
 
@@ -135,8 +136,10 @@ Acks = list[dict[str, Any]]
 
 
 def _manager(
-    tmp_path: Path, service_health: Callable[[], Health], **fleet: Any
+    tmp_path: Path, service_health: Callable[[], Health], *, broker_takes: bool = True, **fleet: Any
 ) -> tuple[FleetManager, StandIn, Acks, Keys]:
+    """A manager whose answers land in `acks`; `broker_takes=False`: as if the broker was
+    not reached in time (the publisher's answer then)."""
     keys = Keys(tmp_path / "keys")
     local = load_config(
         AGENT_YAML,
@@ -149,8 +152,9 @@ def _manager(
     service = StandIn(local, service_health)
     acks: list[dict[str, Any]] = []
 
-    async def ack(body: dict[str, Any]) -> None:
+    async def ack(body: dict[str, Any]) -> bool:
         acks.append(body)
+        return broker_takes
 
     return FleetManager(service, local, FleetStore(tmp_path / "fleet"), ack), service, acks, keys
 
@@ -183,6 +187,24 @@ async def test_a_failed_gate_rolls_back_and_a_passed_one_becomes_the_last_known_
         state = manager.store.load()
         assert state.layers["fleet/line-3"].version == 2 and state.pending is None
         assert (tmp_path / "fleet" / "good.yaml").is_file()
+    finally:
+        runner.cancel()
+
+
+async def test_an_answer_the_broker_never_took_is_counted_and_stands_in_the_status(
+    tmp_path: Path,
+) -> None:
+    manager, _, acks, keys = _manager(tmp_path, lambda: Health(True), broker_takes=False)
+    runner = asyncio.create_task(manager.run())
+    try:
+        await _run_one(manager, acks, keys.doc("fleet/line-3", 1, _debounce(3)), 1)
+        async with timeout(10):
+            while manager.handled < 1:
+                await asyncio.sleep(0.01)
+        status = FleetStatus.model_validate(manager.snapshot())
+        assert status.answers_unpublished == 1
+        assert status.last["fleet/line-3"].status == "applied"
+        assert status.last["fleet/line-3"].version == 1
     finally:
         runner.cancel()
 

@@ -200,13 +200,3 @@ def test_streams_are_tracked_independently() -> None:
     r = b.accept(seg(1, 0, 10, words(1, 10)))
     assert not r.duplicate
     assert r.text == words(1, 10)
-
-
-def test_covered_until_tracks_accepted_audio() -> None:
-    """covered_until reports the end of the latest accepted audio, not of duplicates."""
-    t = StreamTimeline()
-    assert t.covered_until == float("-inf")
-    t.accept(seg(1, 0, 10, words(1, 10)))
-    t.accept(seg(2, 5, 15, words(6, 15)))
-    t.accept(seg(3, 6, 14, "covered"))
-    assert t.covered_until == T0 + 15

@@ -24,7 +24,6 @@ acknowledges the interrupted version `rolled_back`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -90,7 +89,7 @@ class FleetService(Protocol):
     def critical_analysis_running(self) -> bool: ...
 
 
-AckSink = Callable[[dict[str, Any]], Awaitable[None]]
+AckSink = Callable[[dict[str, Any]], Awaitable[bool]]  # True: the broker took the answer
 
 
 def fleet_targets(settings: FleetSettings, device_id: str) -> list[str]:
@@ -167,6 +166,7 @@ class FleetManager:
         self.pause_before_apply_s = 0.0
         self.documents = 0  # received
         self.handled = 0  # taken from the inbox and answered (or found already answered)
+        self.answers_unpublished = 0  # answers the broker never took (in fleet.last only)
         self.superseded = 0
 
     # -- in (event loop, from the MQTT callback) ----------------------------------------
@@ -199,8 +199,11 @@ class FleetManager:
                 await self._handle(target, payload)
             except Exception as exc:  # a bug here must not stop the service
                 log.exception("fleet.failed", target=target)
-                with contextlib.suppress(Exception):
+                try:
                     await self._ack(target, None, "rejected", f"internal error: {exc}")
+                except Exception:  # the answer to a bug failed too: said and counted
+                    self.answers_unpublished += 1
+                    log.exception("fleet.answer_failed", target=target)
             finally:
                 self.phase = "idle"
                 self.handled += 1
@@ -437,9 +440,16 @@ class FleetManager:
         except OSError as exc:  # a full disk must not stop the service; said loudly
             log.error("fleet.state_not_saved", error=str(exc), target=target, status=status)
         try:
-            await self._publish_ack(body)
+            published = await self._publish_ack(body)
         except Exception:
+            published = False
             log.exception("fleet.ack_not_published", target=target, status=status)
+        else:
+            if not published:
+                reason = "broker not reached"
+                log.warning("fleet.ack_not_published", target=target, status=status, reason=reason)
+        if not published:
+            self.answers_unpublished += 1
 
     def _keys_dir(self) -> Path:
         folder = self.settings.trusted_keys_dir
@@ -455,6 +465,7 @@ class FleetManager:
             "documents": self.documents,
             "handled": self.handled,
             "superseded": self.superseded,
+            "answers_unpublished": self.answers_unpublished,
         }
 
 

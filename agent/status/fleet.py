@@ -48,3 +48,9 @@ class FleetStatus(StatusModel):
     superseded: int = Field(
         title="Superseded", description="Replaced by a newer one before being taken up."
     )
+    answers_unpublished: int = Field(
+        default=0,
+        title="Answers unpublished",
+        description="Answers the broker never took (not connected in time, or the publish "
+        "failed); each stands in `last` only.",
+    )

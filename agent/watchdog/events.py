@@ -24,9 +24,6 @@ class EventLog:
         self._listeners: list[Callable[[], None]] = [on_event] if on_event else []
         self.count = 0
 
-    def subscribe(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
-
     def record(self, event: str, severity: Severity = "warning", **fields: Any) -> None:
         self.count += 1
         getattr(log, severity)(event, **fields)

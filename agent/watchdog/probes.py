@@ -263,11 +263,6 @@ class ReplayProbe:
         self._overlay = overlay
         self._lock = threading.Lock()
 
-    @property
-    def position(self) -> int:
-        """Samples played so far."""
-        return self._next
-
     def read(self) -> MemorySample:
         with self._lock:
             sample = self._samples[min(self._next, len(self._samples) - 1)]

@@ -259,9 +259,6 @@ class Analyzer:
         self._pending_max_chars = budget * 4
 
     # -- reporting ---------------------------------------------------------------------------
-    def stream_ids(self) -> list[str]:
-        return sorted(self._streams)
-
     def window(self, stream_id: str) -> ContextWindow | None:
         """The stream's window (None before its first analysis); for reading only."""
         st = self._streams.get(stream_id)
