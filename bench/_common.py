@@ -1,17 +1,32 @@
-"""What every benchmark needs: percentiles, a description of the machine, markdown tables."""
+"""What every benchmark needs: percentiles, markdown tables, and where a result comes from
+(its revision, command, machine and time: `provenance`, stamped into every result file by
+`write_result`, so that a figure can be measured again from the repository alone)."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import platform
+import shlex
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-__all__ = ["machine", "md_table", "percentile"]
+__all__ = [
+    "Provenance",
+    "machine",
+    "md_table",
+    "percentile",
+    "provenance",
+    "revision",
+    "write_result",
+]
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -60,6 +75,65 @@ def machine() -> str:
     except Exception:
         pass
     return desc
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a result comes from: enough to measure it again."""
+
+    revision: str  # the commit, `+changes` when the tracked tree differed
+    command: str  # as run from the repository root
+    machine: str
+    at: str  # UTC, ISO 8601
+
+    def line(self) -> str:
+        """The markdown line a result file carries under its title."""
+        return f"Revision {self.revision}; `{self.command}`; {self.machine}; {self.at}."
+
+
+def provenance(module: str, argv: Sequence[str] | None = None) -> Provenance:
+    """This run's provenance; `module` is the bench's `python -m` name and `argv` its
+    arguments (the process's own by default)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return Provenance(
+        revision=revision(),
+        command=shlex.join(["python", "-m", module, *args]),
+        machine=machine(),
+        at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+
+
+def _stamped(text: str, prov: Provenance) -> str:
+    """`text` with the provenance line under its first heading (or first of all)."""
+    head, sep, rest = text.partition("\n")
+    if head.startswith("#") and sep:
+        return f"{head}\n\n{prov.line()}\n\n{rest.lstrip(chr(10))}"
+    return f"{prov.line()}\n\n{text}"
+
+
+def write_result(
+    folder: Path,
+    stem: str,
+    prov: Provenance,
+    *,
+    text: str | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> list[Path]:
+    """`<folder>/<stem>.md` (the table, the provenance line under its title) and/or
+    `<stem>.json` (`provenance` first, then `data`); the paths written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    if text is not None:
+        md = folder / f"{stem}.md"
+        md.write_text(_stamped(text, prov).rstrip("\n") + "\n", encoding="utf-8")
+        written.append(md)
+    if data is not None:
+        body = {"provenance": asdict(prov), **data}
+        js = folder / f"{stem}.json"
+        js.write_text(json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n",
+                      encoding="utf-8")  # fmt: skip
+        written.append(js)
+    return written
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._common import machine, md_table
+from bench._common import machine, md_table, provenance
 from bench.quality.bench_quality import (
     REPO,
     Case,
@@ -137,9 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     trees.append(("new", REPO))
     runs = [asyncio.run(run_tree(label, tree, cases)) for label, tree in trees]
     text, data = report(args.part, cases, runs)
-    print(text)
+    prov = provenance("bench.quality.bench_keywords", argv)
+    print(f"{prov.line()}\n\n{text}")
     if not args.no_write:
-        write_results(f"{args.part}-keyword", text, data)
+        write_results(f"{args.part}-keyword", text, data, prov)
     return 0
 
 

@@ -29,7 +29,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -44,7 +43,7 @@ import yaml
 
 from agent.demo import run_argv
 from agent.devbroker import DevBroker
-from bench._common import machine, md_table, percentile, revision
+from bench._common import Provenance, machine, md_table, percentile, provenance, write_result
 
 REPO = Path(__file__).resolve().parents[2]
 SET = Path(__file__).resolve().parent / "set"
@@ -211,14 +210,10 @@ async def published(
                 await consumer
 
 
-def write_results(stem: str, text: str, data: dict[str, Any]) -> None:
-    """bench/quality/results/<stem>-<date>.md and .json."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_results(stem: str, text: str, data: dict[str, Any], prov: Provenance) -> None:
+    """bench/quality/results/<stem>-<date>.md and .json, each with its provenance."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    (RESULTS / f"{stem}-{stamp}.md").write_text(text, encoding="utf-8")
-    (RESULTS / f"{stem}-{stamp}.json").write_text(
-        json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8"
-    )
+    write_result(RESULTS, f"{stem}-{stamp}", prov, text=text, data=data)
 
 
 async def _run_service(label: str, overrides: Sequence[str], cases: Sequence[Case]) -> Run:
@@ -473,12 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     for label in args.models.split(","):
         runs.append(asyncio.run(_run_service(label, [*variants[label], *args.extra], cases)))
     text, data = report(args.part, cases, runs)
-    data["revision"] = revision()
-    data["command"] = " ".join(["python -m bench.quality.bench_quality", *(argv or sys.argv[1:])])
-    text = text.replace("\n\n", f"\n\nRevision {data['revision']}; `{data['command']}`.\n\n", 1)
-    print(text)
+    prov = provenance("bench.quality.bench_quality", argv)
+    print(f"{prov.line()}\n\n{text}")
     if not args.no_write:
-        write_results(args.part, text, data)
+        write_results(args.part, text, data, prov)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 from pathlib import Path
 
 import pytest
@@ -98,14 +99,20 @@ def test_leak_flat_rss_with_noise_is_not_a_leak() -> None:
 def test_leak_detector_sees_real_rss_growth() -> None:
     """Real resident memory of this process, growing by 16 MiB a 'minute' (time compressed)."""
     leak = LeakDetector(window_s=6 * 3600, min_span_s=3600, threshold_bytes_per_hour=32 * MIB)
-    held: list[bytearray] = []
+    held: list[mmap.mmap] = []
     for minute in range(0, 80, 10):
-        held.append(bytearray(16 * MIB))  # bytearray touches its pages: resident
+        # New anonymous pages, each written: resident, and never pages the heap freed
+        # earlier in the suite (a bytearray there can reuse them and leave RSS flat).
+        block = mmap.mmap(-1, 16 * MIB)
+        for offset in range(0, 16 * MIB, mmap.PAGESIZE):
+            block[offset] = 1
+        held.append(block)
         leak.add(minute * 60.0, process_rss()[0])
     verdict = leak.verdict()
     assert verdict.suspected, verdict
     assert verdict.slope_bytes_per_hour is not None and verdict.slope_bytes_per_hour > 64 * MIB
-    del held
+    for block in held:
+        block.close()
 
 
 def test_cpu_ladder_steps_cheapest_first_and_is_cumulative() -> None:
