@@ -25,6 +25,7 @@ __all__ = [
     "percentile",
     "provenance",
     "revision",
+    "stamped",
     "write_result",
 ]
 
@@ -103,7 +104,7 @@ def provenance(module: str, argv: Sequence[str] | None = None) -> Provenance:
     )
 
 
-def _stamped(text: str, prov: Provenance) -> str:
+def stamped(text: str, prov: Provenance) -> str:
     """`text` with the provenance line under its first heading (or first of all)."""
     head, sep, rest = text.partition("\n")
     if head.startswith("#") and sep:
@@ -125,7 +126,7 @@ def write_result(
     written = []
     if text is not None:
         md = folder / f"{stem}.md"
-        md.write_text(_stamped(text, prov).rstrip("\n") + "\n", encoding="utf-8")
+        md.write_text(stamped(text, prov).rstrip("\n") + "\n", encoding="utf-8")
         written.append(md)
     if data is not None:
         body = {"provenance": asdict(prov), **data}

@@ -23,6 +23,7 @@ from agent.devsubscriber import PersistentSubscriber
 from pipelines.compat import timeout as async_timeout
 
 REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "configs" / "samples" / "line3-shift.jsonl"
 
 
 def unit_stop_timeout_s() -> float:
@@ -31,9 +32,6 @@ def unit_stop_timeout_s() -> float:
         if line.startswith("TimeoutStopSec="):
             return float(line.split("=", 1)[1])
     raise AssertionError("systemd/edge-agent.service names no TimeoutStopSec")
-
-
-SAMPLE = REPO / "configs" / "samples" / "line3-shift.jsonl"
 
 
 class AgentProcess:

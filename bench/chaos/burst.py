@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import shlex
-import subprocess
 import sys
 import time
 import uuid
@@ -30,7 +29,7 @@ import psutil
 
 from agent.control import request
 from agent.devbroker import DevBroker
-from bench._common import machine, md_table, percentile
+from bench._common import machine, md_table, percentile, revision
 from bench.chaos.bench_chaos import Publisher, Service, Subscriber
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,15 +135,6 @@ async def _drive(segments: int, service: Service, sub: Subscriber, work: Path) -
     }
 
 
-def _revision() -> str:
-    def git(*a: str) -> str:
-        return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,
-                              check=False).stdout.strip()  # fmt: skip
-
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos.burst", description=__doc__)
     parser.add_argument("--segments", type=int, default=20000)
@@ -176,12 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     ])  # fmt: skip
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     text = (f"# Burst: {args.segments} segments at QoS 1 from one publisher\n\n"
-            f"Revision {_revision()}; {machine()}; `{command}`\n\n{table}\n")  # fmt: skip
+            f"Revision {revision()}; {machine()}; `{command}`\n\n{table}\n")  # fmt: skip
     print(text)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"burst-{stamp}.md").write_text(text, encoding="utf-8")
-        data = {"revision": _revision(), "command": command, "machine": machine(), "runs": rows}
+        data = {"revision": revision(), "command": command, "machine": machine(), "runs": rows}
         (RESULTS / f"burst-{stamp}.json").write_text(json.dumps(data, indent=1) + "\n")
     return 0
 

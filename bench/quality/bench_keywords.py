@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench._common import machine, md_table, provenance
+from bench._common import machine, md_table, provenance, stamped
 from bench.quality.bench_quality import (
     REPO,
     Case,
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [asyncio.run(run_tree(label, tree, cases)) for label, tree in trees]
     text, data = report(args.part, cases, runs)
     prov = provenance("bench.quality.bench_keywords", argv)
-    print(f"{prov.line()}\n\n{text}")
+    print(stamped(text, prov))
     if not args.no_write:
         write_results(f"{args.part}-keyword", text, data, prov)
     return 0

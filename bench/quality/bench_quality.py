@@ -43,7 +43,15 @@ import yaml
 
 from agent.demo import run_argv
 from agent.devbroker import DevBroker
-from bench._common import Provenance, machine, md_table, percentile, provenance, write_result
+from bench._common import (
+    Provenance,
+    machine,
+    md_table,
+    percentile,
+    provenance,
+    stamped,
+    write_result,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SET = Path(__file__).resolve().parent / "set"
@@ -469,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(asyncio.run(_run_service(label, [*variants[label], *args.extra], cases)))
     text, data = report(args.part, cases, runs)
     prov = provenance("bench.quality.bench_quality", argv)
-    print(f"{prov.line()}\n\n{text}")
+    print(stamped(text, prov))
     if not args.no_write:
         write_results(args.part, text, data, prov)
     return 0
