@@ -24,6 +24,7 @@ persist anything that arrived meanwhile.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import structlog
@@ -54,12 +55,14 @@ from agent.supervision.store import RungStore
 from agent.watchdog.events import EventLog
 from agent.watchdog.monitor import MemoryWatchdog
 from agent.watchdog.probes import HostProbe, MemoryProbe, NvmlGpu
+from pipelines.alerts import Reviewer
 from pipelines.analysis import Analyzer
 from pipelines.compat import TaskGroup, cancel_until_done
 from pipelines.keyword_stage import KeywordStage
 
 if TYPE_CHECKING:
     from agent.analysis_link import EngineCodec
+    from pipelines.evidence import AcceptedFault
 
 __all__ = ["Daemon"]
 
@@ -399,6 +402,12 @@ class Daemon:
         if self.analysis is not None:
             self.analysis.set_budget(tokens)
 
+    async def _llm_faults(self, stream_id: str, faults: Sequence[AcceptedFault]) -> None:
+        """The slow tier's faults to the tracker, signed by the model the engine serves."""
+        model = self.supervisor.engine.model if self.supervisor is not None else None
+        reviewer = None if model is None else Reviewer(model.name, model.weights_sha256)
+        await self.keywords.observe_llm(stream_id, faults, reviewer)
+
     def _build_analysis(self) -> None:
         """The analyzer over the running supervisor, for the current catalogue."""
         from agent.analysis_link import EngineLlm
@@ -411,7 +420,7 @@ class Daemon:
             cfg.llm,
             cfg.faults,
             budget=cfg.llm.context_budget(cfg.engine),
-            on_faults=self.keywords.observe_llm,  # the slow tier's faults: the same tracker
+            on_faults=self._llm_faults,  # the slow tier's faults: the same tracker
             priority=self.keywords.keyword_alert_streams,
             disabled_for=lambda sid: self.cfg.streams.for_stream(sid).disabled_faults,
         )

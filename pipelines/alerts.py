@@ -8,6 +8,13 @@ twice. Updates are debounced (at most one per `debounce_s`, the latest state win
 alert ends after `quiet_end_s` without a match. Every event carries a per-alert sequence
 number so consumers can drop redeliveries (id + seq).
 
+Every alert carries the slow tier's verdict on it (`Review`): an alert the keyword tier
+raised is `unreviewed` until the slow tier, reading a window that holds its evidence, names
+the same fault; then it is `confirmed`, with the slow tier's evidence line, its model and
+weights digest and the seconds from the alert's NEW to the verdict, published at once in an
+`update` (not debounced). An alert the slow tier raised itself is confirmed by that reading.
+A reading that does not name the fault changes nothing: silence is not a dismissal.
+
 Timers run on a monotonic clock (NTP may step a device's wall clock); `first_seen` and
 `last_seen` are the audio's own epoch times, taken from the evidence.
 """
@@ -28,6 +35,9 @@ __all__ = [
     "EventType",
     "Evidence",
     "Observation",
+    "Review",
+    "ReviewState",
+    "Reviewer",
 ]
 
 
@@ -70,6 +80,51 @@ def _evidence(data: dict[str, Any]) -> Evidence:
     return Evidence(**{k: v for k, v in data.items() if k in _EVIDENCE_FIELDS})
 
 
+class ReviewState(str, Enum):
+    unreviewed = "unreviewed"  # the slow tier has not named it (engine down, tier off, ...)
+    confirmed = "confirmed"  # the slow tier named the same fault
+
+
+@dataclass(frozen=True)
+class Reviewer:
+    """The model that signs a verdict: the engine's served folder name and weights digest."""
+
+    model: str
+    sha256: str | None = None  # None for random (dummy) weights
+
+
+@dataclass(frozen=True)
+class Review:
+    """The slow tier's verdict on an alert."""
+
+    state: ReviewState = ReviewState.unreviewed
+    evidence: Evidence | None = None  # the line the slow tier pointed at
+    model: str | None = None
+    model_sha256: str | None = None
+    after_s: float | None = None  # from the alert's NEW to the verdict (wall clock)
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "verdict": self.state.value,
+            "verdict_evidence": None if self.evidence is None else asdict(self.evidence),
+            "verdict_model": self.model,
+            "verdict_model_sha256": self.model_sha256,
+            "verdict_after_s": self.after_s,
+        }
+
+    @classmethod
+    def from_public(cls, data: dict[str, Any]) -> Review:
+        """From an alert's stored form; one stored before verdicts existed is unreviewed."""
+        evidence = data.get("verdict_evidence")
+        return cls(
+            state=ReviewState(data.get("verdict") or ReviewState.unreviewed.value),
+            evidence=None if evidence is None else _evidence(evidence),
+            model=data.get("verdict_model"),
+            model_sha256=data.get("verdict_model_sha256"),
+            after_s=data.get("verdict_after_s"),
+        )
+
+
 @dataclass(frozen=True)
 class Observation:
     """One detection of a fault, from either tier."""
@@ -80,6 +135,7 @@ class Observation:
     severity: str
     source: str  # "keyword" | "llm"
     evidence: Evidence
+    reviewer: Reviewer | None = None  # the slow tier: the model that read it
 
 
 @dataclass
@@ -96,6 +152,8 @@ class Alert:
     count: int
     event_seq: int = 0
     sources: list[str] = field(default_factory=list)  # every tier that has seen it
+    raised_at: float | None = None  # wall time of its NEW (None: stored by an older release)
+    review: Review = field(default_factory=Review)
     # Tracker bookkeeping on the monotonic clock; not part of the published alert.
     # Segments already counted, beyond the few kept as evidence: the LLM's window spans
     # hours, so it confirms segments whose evidence entry has long scrolled out.
@@ -117,6 +175,8 @@ class Alert:
             "first_seen": self.first_seen,
             "last_seen": self.last_seen,
             "count": self.count,
+            "raised_at": self.raised_at,
+            **self.review.public(),
         }
 
     @classmethod
@@ -134,6 +194,8 @@ class Alert:
             count=data["count"],
             event_seq=event_seq,
             sources=list(data.get("sources") or [data["source"]]),
+            raised_at=data.get("raised_at"),
+            review=Review.from_public(data),
         )
 
 
@@ -205,9 +267,13 @@ class AlertTracker:
                 last_match_mono=now,
                 sources=[obs.source],
                 counted={evidence.seq: None},
+                raised_at=self._wall(),
             )
+            if obs.source == "llm":  # raised by the reading that would confirm it
+                alert.review = _confirmed(obs, evidence, after_s=0.0)
             self._active[key] = alert
             return [self._emit(alert, EventType.new, now)]
+        verdict = self._review(alert, obs, evidence)
         new_source = obs.source not in alert.sources
         if new_source:
             alert.sources = [*alert.sources, obs.source]
@@ -217,8 +283,8 @@ class AlertTracker:
             del alert.counted[next(iter(alert.counted))]  # oldest first (insertion order)
         if seen:
             # The other tier confirming a segment already counted: one segment is one
-            # match, whoever saw it; only the list of tiers changes.
-            if not new_source:
+            # match, whoever saw it; only the list of tiers (and the verdict) changes.
+            if not new_source and not verdict:
                 return []
             alert.evidence = [*alert.evidence, evidence][-timing.max_evidence :]
         else:
@@ -227,10 +293,19 @@ class AlertTracker:
             alert.first_seen = min(alert.first_seen, evidence.start)
             alert.last_seen = max(alert.last_seen, evidence.end)
             alert.last_match_mono = now
-        if now - alert.last_emit_mono >= timing.debounce_s:
-            return [self._emit(alert, EventType.update, now)]
+        if verdict or now - alert.last_emit_mono >= timing.debounce_s:
+            return [self._emit(alert, EventType.update, now)]  # a verdict is news: no debounce
         alert.dirty = True
         return []
+
+    def _review(self, alert: Alert, obs: Observation, evidence: Evidence) -> bool:
+        """Confirm an unreviewed alert the slow tier now names; whether the verdict changed."""
+        if obs.source != "llm" or alert.review.state is not ReviewState.unreviewed:
+            return False
+        raised = alert.raised_at
+        after = None if raised is None else round(max(0.0, self._wall() - raised), 3)
+        alert.review = _confirmed(obs, evidence, after_s=after)
+        return True
 
     def tick(self) -> list[AlertEvent]:
         """Flush debounced updates and end quiet alerts; call about once a second."""
@@ -261,3 +336,14 @@ class AlertTracker:
         alert.last_emit_mono = now
         alert.dirty = False
         return AlertEvent(type=kind, seq=alert.event_seq, ts=self._wall(), alert=alert.public())
+
+
+def _confirmed(obs: Observation, evidence: Evidence, *, after_s: float | None) -> Review:
+    who = obs.reviewer
+    return Review(
+        state=ReviewState.confirmed,
+        evidence=evidence,
+        model=None if who is None else who.model,
+        model_sha256=None if who is None else who.sha256,
+        after_s=after_s,
+    )

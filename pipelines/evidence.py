@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipelines.alerts import Evidence, Observation
+from pipelines.alerts import Evidence, Observation, Reviewer
 from pipelines.analysis_prompt import OTHER, WITHHELD
 from pipelines.context import ContextLine
 from pipelines.detect import FaultRule, Severity, reads_as_all_clear
@@ -114,8 +114,11 @@ class AcceptedFault:
     quote: str  # that segment's whole text, as heard
     confidence: float | None  # the engine's probability of it; None where not reported
 
-    def observation(self, stream_id: str, *, max_text: int = 500) -> Observation:
-        """This fault as the alert tracker takes it from the LLM tier."""
+    def observation(
+        self, stream_id: str, *, max_text: int = 500, reviewer: Reviewer | None = None
+    ) -> Observation:
+        """This fault as the alert tracker takes it from the LLM tier (`reviewer`: the
+        model that read it, for the verdict)."""
         return Observation(
             stream_id=stream_id,
             fault=self.code,
@@ -129,6 +132,7 @@ class AcceptedFault:
                 seq=self.line.seq,
                 confidence=None if self.confidence is None else round(self.confidence, 4),
             ),
+            reviewer=reviewer,
         )
 
 

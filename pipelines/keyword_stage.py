@@ -43,6 +43,7 @@ from pipelines.alerts import (
     EventType,
     Evidence,
     Observation,
+    Reviewer,
 )
 from pipelines.detect import KeywordDetector
 from pipelines.evidence import AcceptedFault
@@ -236,9 +237,15 @@ class KeywordStage:
                 faults=[m.code for m in matches],
             )
 
-    async def observe_llm(self, stream_id: str, faults: Sequence[AcceptedFault]) -> None:
+    async def observe_llm(
+        self,
+        stream_id: str,
+        faults: Sequence[AcceptedFault],
+        reviewer: Reviewer | None = None,
+    ) -> None:
         """The slow tier's accepted faults join the keyword tier's alerts in the same
-        tracker (the analyzer's `on_faults`)."""
+        tracker (the analyzer's `on_faults`); one that names a keyword alert's fault
+        confirms it, signed by `reviewer` (the engine's model)."""
         async with self.lock:
             events: list[AlertEvent] = []
             for fault in faults:
@@ -252,7 +259,7 @@ class KeywordStage:
                     confidence=fault.confidence,
                 )
                 events += self.tracker.observe(
-                    fault.observation(stream_id, max_text=_EVIDENCE_CHARS)
+                    fault.observation(stream_id, max_text=_EVIDENCE_CHARS, reviewer=reviewer)
                 )
             await self._commit(events, touched={(stream_id, f.code) for f in faults})
 

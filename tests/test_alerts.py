@@ -13,6 +13,8 @@ from pipelines.alerts import (
     EventType,
     Evidence,
     Observation,
+    Reviewer,
+    ReviewState,
 )
 
 WALL0 = 1_700_000_000.0
@@ -54,6 +56,7 @@ def obs(
     fault: str = "bearing_noise",
     source: str = "keyword",
     text: str = "bearing noise",
+    reviewer: Reviewer | None = None,
 ) -> Observation:
     start = WALL0 + 5.0 * seq
     return Observation(
@@ -63,7 +66,11 @@ def obs(
         severity="warning",
         source=source,
         evidence=Evidence(text=f"{text} #{seq}", start=start, end=start + 5.0, seq=seq),
+        reviewer=reviewer,
     )
+
+
+GEMMA = Reviewer("gemma3-270m+edge", "ab" * 32)
 
 
 def kinds(events: list[AlertEvent]) -> list[tuple[str, int]]:
@@ -385,3 +392,61 @@ def test_confirming_a_segment_that_scrolled_out_of_the_evidence_counts_once(
     assert confirm.alert["count"] == 5
     clocks.mono += 11
     assert [e.type for e in tracker.tick()] == [EventType.end]
+
+
+def test_a_keyword_alert_is_unreviewed_until_the_slow_tier_names_it(clocks: Clocks) -> None:
+    """The NEW of a keyword alert says `unreviewed`; the slow tier naming the fault makes it
+    `confirmed` at once, with its line, its model and the seconds since the NEW, even
+    inside the debounce window (a verdict is news)."""
+    tracker = make_tracker(clocks, Timing(debounce_s=30))
+    [new] = tracker.observe(obs(1))
+    assert new.alert["verdict"] == "unreviewed"
+    assert new.alert["verdict_evidence"] is None and new.alert["verdict_after_s"] is None
+    assert new.alert["raised_at"] == WALL0
+    clocks.advance(4.5)
+    [update] = tracker.observe(obs(1, source="llm", text="quoted", reviewer=GEMMA))
+    assert update.type is EventType.update and update.seq == 2
+    alert = update.alert
+    assert alert["verdict"] == "confirmed"
+    assert alert["verdict_evidence"]["text"] == "quoted #1"
+    assert alert["verdict_evidence"]["source"] == "llm"
+    assert (alert["verdict_model"], alert["verdict_model_sha256"]) == (GEMMA.model, GEMMA.sha256)
+    assert alert["verdict_after_s"] == 4.5
+    # a second reading changes nothing: the first verdict stands
+    clocks.advance(1)
+    assert tracker.observe(obs(1, source="llm", text="quoted", reviewer=GEMMA)) == []
+    [alert_now] = tracker.active()
+    assert alert_now.review.after_s == 4.5
+
+
+def test_a_reading_that_names_another_fault_leaves_the_verdict(clocks: Clocks) -> None:
+    """Silence about a fault is not a verdict on it: the slow tier naming a different fault
+    raises that one and leaves the keyword alert unreviewed."""
+    tracker = make_tracker(clocks, Timing(debounce_s=0))
+    tracker.observe(obs(1))
+    [other] = tracker.observe(obs(2, source="llm", fault="overheat", reviewer=GEMMA))
+    assert other.type is EventType.new
+    by_fault = {a.fault: a for a in tracker.active()}
+    assert by_fault["bearing_noise"].review.state is ReviewState.unreviewed
+    assert by_fault["overheat"].review.state is ReviewState.confirmed  # its own reading
+    assert by_fault["overheat"].review.after_s == 0.0
+
+
+def test_the_verdict_survives_a_restart_and_an_old_row_reads_unreviewed(clocks: Clocks) -> None:
+    """The verdict is stored with the alert (public() is what the outbox keeps); an alert
+    stored by a release without verdicts comes back unreviewed, and a later reading
+    confirms it with no time to verdict (its NEW's time was not kept)."""
+    tracker = make_tracker(clocks, Timing(debounce_s=0))
+    tracker.observe(obs(1))
+    tracker.observe(obs(1, source="llm", reviewer=GEMMA))
+    [alert] = tracker.active()
+    rebuilt = Alert.from_public(alert.public(), alert.event_seq)
+    assert rebuilt.review == alert.review and rebuilt.raised_at == alert.raised_at
+    old = {k: v for k, v in alert.public().items() if not k.startswith(("verdict", "raised"))}
+    restored = Alert.from_public(old, 3)
+    assert restored.review.state is ReviewState.unreviewed
+    fresh = make_tracker(clocks, Timing(debounce_s=0))
+    fresh.restore([restored])
+    [update] = fresh.observe(obs(1, source="llm", reviewer=GEMMA))
+    assert update.seq == 4
+    assert update.alert["verdict"] == "confirmed" and update.alert["verdict_after_s"] is None

@@ -28,8 +28,9 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
     broker: DevBroker, prefix: str, tmp_path: Path, watcher: MqttWatcher, smollm2_model: Path
 ) -> None:
     """A spoken fault raises a keyword alert at once; the LLM's analysis of the window then
-    points at the same segment and the same alert is updated with both sources (one id). The
-    status carries the analysis counters and the stream's window."""
+    points at the same segment and the same alert is updated with both sources (one id) and
+    the slow tier's verdict, `confirmed`. The status carries the analysis counters and the
+    stream's window."""
     loaded = load_config(
         REPO / "configs" / "agent.yaml",
         overrides=[
@@ -95,6 +96,14 @@ async def test_keyword_and_llm_tiers_raise_one_alert_over_mqtt(
         assert update["count"] == 1
         assert [(e["seq"], e["source"]) for e in update["evidence"]] == [(1, "keyword"), (1, "llm")]
         assert update["evidence"][1]["text"] == line  # the pointed line, verbatim
+        # the verdict: unreviewed at NEW, confirmed by the slow tier's reading, signed
+        assert events[0]["alert"]["verdict"] == "unreviewed"
+        assert update["verdict"] == "confirmed"
+        assert update["verdict_evidence"]["text"] == line
+        served = daemon.supervisor.engine.model
+        assert served is not None and update["verdict_model"] == served.name
+        assert update["verdict_model_sha256"] == served.weights_sha256
+        assert 0 <= update["verdict_after_s"] < 120
 
         def analysed(w: MqttWatcher) -> bool:
             # A status taken while the analyzer's sink commits counts the keyword stage's
