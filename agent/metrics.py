@@ -171,6 +171,13 @@ def _pipeline(out: _Families, st: Status) -> None:
         out.counter("alert_events", "Alert lifecycle events, by type.", n, type=kind)
     for fault, n in alerts.by_fault.items():
         out.counter("alerts", "New alerts, by fault.", n, fault=fault)
+    for verdict, n in alerts.verdicts.items():
+        out.counter(
+            "alert_verdicts",
+            "Keyword alerts by the slow tier's verdict (unreviewed: ended without one).",
+            n,
+            verdict=verdict,
+        )
     out.gauge("alerts_active", "Alerts currently active.", st.active_alerts)
     out.counter("alerts_published", "Alert events the broker acknowledged.", alerts.published)
     out.counter(

@@ -74,6 +74,9 @@ class AlertWriter:
                 )
             )
             self._stats.alert_events[event.type.value] += 1
+            self._stats.alert_verdict(
+                event.alert, reviewed=event.reviewed, ended=event.type is EventType.end
+            )
             if event.type is EventType.new:
                 self._new_alerts.append(time.monotonic())
                 today = time.strftime("%Y-%m-%d")

@@ -170,6 +170,13 @@ class StatusBuilder:
             )
             for source, window in s.stats.segment_to_alert.items()
         ]
+        out.append(
+            Histogram(
+                "time_to_verdict_seconds",
+                "A keyword alert's new event to the slow tier's verdict on it.",
+                s.stats.time_to_verdict,
+            )
+        )
         if s.intake.asr is not None:
             out.append(
                 Histogram(

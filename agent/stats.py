@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,10 @@ class Stats:
     segment_to_alert: dict[str, LatencyWindow] = field(
         default_factory=lambda: {source: LatencyWindow() for source in ALERT_SOURCES}
     )
+    # Keyword alerts by the slow tier's verdict: `confirmed` when it came, `unreviewed` when
+    # the alert ended without one; and the seconds from NEW to the verdict.
+    verdicts: Counter[str] = field(default_factory=Counter)
+    time_to_verdict: LatencyWindow = field(default_factory=LatencyWindow)
     published: int = 0
     publish_failures: int = 0
     publish_refused: Counter[str] = field(default_factory=Counter)  # by reason (MQTT 5)
@@ -79,6 +84,19 @@ class Stats:
         if arrived is not None and source in self.segment_to_alert:
             self.segment_to_alert[source].add(time.monotonic() - arrived)
 
+    def alert_verdict(self, alert: Mapping[str, Any], *, reviewed: bool, ended: bool) -> None:
+        """Count a keyword alert's verdict once: when it arrives (`reviewed`), or as
+        `unreviewed` when the alert ends without one."""
+        if alert.get("source") != "keyword":
+            return
+        verdict = alert.get("verdict") or "unreviewed"
+        if reviewed:
+            self.verdicts[verdict] += 1
+            if (after := alert.get("verdict_after_s")) is not None:
+                self.time_to_verdict.add(float(after))
+        elif ended and verdict == "unreviewed":
+            self.verdicts["unreviewed"] += 1
+
     def snapshot(self, **extra: Any) -> dict[str, Any]:
         now = time.monotonic()
         return {
@@ -107,6 +125,8 @@ class Stats:
                 "publish_refused": dict(self.publish_refused),
                 "last_refusal": self.last_publish_refusal,
                 "by_fault": dict(self.alerts_by_fault),
+                "verdicts": {"confirmed": 0, "unreviewed": 0, **self.verdicts},
+                "time_to_verdict": latency_summary(self.time_to_verdict),
                 "segment_to_alert": {
                     source: latency_summary(w) for source, w in self.segment_to_alert.items()
                 },

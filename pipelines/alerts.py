@@ -205,6 +205,7 @@ class AlertEvent:
     seq: int
     ts: float
     alert: dict[str, Any]
+    reviewed: bool = False  # this event carries a new verdict (not part of the payload)
 
     @property
     def alert_id(self) -> str:
@@ -294,7 +295,8 @@ class AlertTracker:
             alert.last_seen = max(alert.last_seen, evidence.end)
             alert.last_match_mono = now
         if verdict or now - alert.last_emit_mono >= timing.debounce_s:
-            return [self._emit(alert, EventType.update, now)]  # a verdict is news: no debounce
+            # a verdict is news: no debounce
+            return [self._emit(alert, EventType.update, now, reviewed=verdict)]
         alert.dirty = True
         return []
 
@@ -331,11 +333,13 @@ class AlertTracker:
         self._last_id_ms = max(int(self._wall() * 1000), self._last_id_ms + 1)
         return self._last_id_ms
 
-    def _emit(self, alert: Alert, kind: EventType, now: float) -> AlertEvent:
+    def _emit(
+        self, alert: Alert, kind: EventType, now: float, *, reviewed: bool = False
+    ) -> AlertEvent:
         alert.event_seq += 1
         alert.last_emit_mono = now
         alert.dirty = False
-        return AlertEvent(type=kind, seq=alert.event_seq, ts=self._wall(), alert=alert.public())
+        return AlertEvent(kind, alert.event_seq, self._wall(), alert.public(), reviewed)
 
 
 def _confirmed(obs: Observation, evidence: Evidence, *, after_s: float | None) -> Review:

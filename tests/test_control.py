@@ -114,7 +114,8 @@ async def test_agentctl_status_alerts_and_config_against_the_running_service(
     human = await asyncio.to_thread(agentctl, "status", "--socket", str(sock_path))
     assert human.returncode == 0, human.stderr
     for text in ("line3-edge-01", "running", "cpu-dev", "connected", "mic1", "1 active",
-                 "keyword p50", "(n=1)", "http://127.0.0.1:"):  # fmt: skip
+                 "keyword p50", "(n=1)", "http://127.0.0.1:",
+                 "confirmed 0, unreviewed 0"):  # fmt: skip
         assert text in human.stdout, (text, human.stdout)
     as_json = await asyncio.to_thread(agentctl, "status", "--socket", str(sock_path), "--json")
     assert as_json.returncode == 0
@@ -128,6 +129,8 @@ async def test_agentctl_status_alerts_and_config_against_the_running_service(
     assert [json.loads(x)["fault"] for x in active.stdout.splitlines()] == [
         "temperature_over_limit"
     ]
+    # the LLM tier is off here: the active alert shows it has no verdict
+    assert [json.loads(x)["verdict"] for x in active.stdout.splitlines()] == ["unreviewed"]
     shown = await asyncio.to_thread(
         agentctl, "config", "show", "--running", "--json", "--socket", str(sock_path)
     )

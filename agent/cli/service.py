@@ -244,6 +244,12 @@ def render_status(st: Status, console: Console) -> None:
     )
     _service_rows(st, head)
     head.add_row("alerts", f"{st.active_alerts} active, {st.alerts_last_hour} new in the last hour")
+    v, ttv = st.alerts.verdicts, st.alerts.time_to_verdict
+    head.add_row(
+        "verdicts",
+        ", ".join(f"{k} {n}" for k, n in v.items())
+        + (f"; time to verdict p50 {_secs(ttv.p50_s)} p95 {_secs(ttv.p95_s)}" if ttv.count else ""),
+    )
     timed = [
         f"{source} p50 {_secs(v.p50_s)} p95 {_secs(v.p95_s)} (n={v.count})"
         for source, v in st.alerts.segment_to_alert.items()

@@ -49,6 +49,15 @@ class AlertsStatus(StatusModel):
         description="New alerts per fault code; every fault of the catalogue from the start, "
         "at 0 (an LLM's `other:<label>` counts as `other`).",
     )
+    verdicts: dict[str, int] = Field(
+        title="Verdicts",
+        description="Keyword alerts by the slow tier's verdict (docs/mqtt.md): `confirmed` "
+        "when it came, `unreviewed` when the alert ended without one.",
+    )
+    time_to_verdict: LatencySummary = Field(
+        title="Time to verdict",
+        description="A keyword alert's `new` to the slow tier's verdict on it.",
+    )
     segment_to_alert: dict[str, LatencySummary] = Field(
         title="Segment to alert",
         description="By source (`keyword`, `llm`): a segment's arrival to the new alert it "
