@@ -41,9 +41,9 @@ from pipelines.normalize import is_cjk, units
 __all__ = [
     "AcceptedFault",
     "Answer",
+    "AnswerCheck",
     "AnswerFault",
     "EvidenceRules",
-    "Verdict",
     "looks_like_instruction",
     "names_fault",
     "normalize_quote",
@@ -137,7 +137,9 @@ class AcceptedFault:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class AnswerCheck:
+    """What `verify` kept of an answer, and why it turned the rest away (by reason)."""
+
     accepted: tuple[AcceptedFault, ...]
     rejected: Counter[str]
 
@@ -180,7 +182,7 @@ def verify(
     lines: Sequence[ContextLine],
     rules: EvidenceRules,
     confidences: Sequence[float | None] | None = None,
-) -> Verdict:
+) -> AnswerCheck:
     """The faults of `answer` that its window's `lines` bear out; `confidences` is the
     engine's probability of each fault, in answer order (None: the answer was not scored,
     no threshold applies; a None entry in a scored answer is a fault the scores cannot
@@ -197,17 +199,17 @@ def verify(
             # the engine scored the answer but not this fault (a NaN): not trusted
             rejected["low_confidence"] += 1
             continue
-        verdict = _judge(fault, conf, segments, rules)
-        if isinstance(verdict, str):
-            rejected[verdict] += 1
+        judged = _judge(fault, conf, segments, rules)
+        if isinstance(judged, str):
+            rejected[judged] += 1
             continue
-        key = (verdict.code, verdict.line.seq)
+        key = (judged.code, judged.line.seq)
         if key in seen:
             rejected["repeated"] += 1
             continue
         seen.add(key)
-        accepted.append(verdict)
-    return Verdict(tuple(accepted), rejected)
+        accepted.append(judged)
+    return AnswerCheck(tuple(accepted), rejected)
 
 
 def _judge(
