@@ -45,7 +45,7 @@ async def test_engine_that_cannot_fit_is_refused_and_keywords_still_alert(
     agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker
 ) -> None:
     """A profile asking for more context than the model has is refused by the planner with
-    its verdict (no vLLM start), and keyword alerts keep flowing."""
+    its verdict (no vLLM start), and keyword alerts keep flowing, unreviewed."""
     agent = agent_factory("llm.enabled=true", "engine.max_model_len=65536").start()
     await watcher.wait_for(
         lambda w: any(s.get("state") == "refused" for s in _llm_states(w)),
@@ -75,4 +75,7 @@ async def test_engine_that_cannot_fit_is_refused_and_keywords_still_alert(
         lambda w: any(e["alert"]["fault"] == "temperature_over_limit" for e in w.alerts()),
         what="a keyword alert while the engine is refused",
     )
+    # published at once, and it says that nothing reviewed it
+    [alert] = [e["alert"] for e in watcher.alerts() if e["type"] == "new"]
+    assert alert["verdict"] == "unreviewed" and alert["verdict_model"] is None
     assert agent.terminate() == 0
