@@ -37,7 +37,7 @@ from agent.control import ControlServer
 from agent.errors_report import ErrorReporter
 from agent.fleet.health import HealthGate
 from agent.fleet.manager import FleetManager, Health, effective_config, fleet_filters
-from agent.fleet.planning import plan_verdict
+from agent.fleet.planning import plan_refusal
 from agent.fleet.store import FleetStore
 from agent.intake import Intake
 from agent.metrics import MetricsServer, SnapshotCollector
@@ -160,7 +160,7 @@ class Daemon:
         self.fleet: FleetManager | None = None
         if store is not None:
             self.fleet = FleetManager(
-                self, local, store, self.publisher.publish_ack, plan_check=plan_verdict
+                self, local, store, self.publisher.publish_ack, plan_check=plan_refusal
             )
             self.intake.fleet = self.fleet  # its documents arrive on the broker link
         self._health = HealthGate(self)

@@ -175,7 +175,7 @@ async def _show_status(socket: Path) -> None:
 
 async def _play_audio(client: aiomqtt.Client, watch: _Watch, prefix: str, clip: Path) -> None:
     """A microphone's clip on its audio topic: the service transcribes it (faster-whisper)
-    and the text takes the transcripts' path; waits for the stage's verdict on it."""
+    and the text takes the transcripts' path; waits for the stage's answer on it."""
     stream = clip.stem  # line3-mic3.flac -> stream line3-mic3
     data = await asyncio.to_thread(clip.read_bytes)
     print(f"-- audio: {clip.name} ({len(data) // 1024} KiB) on streams/{stream}/audio")

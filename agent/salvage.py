@@ -58,9 +58,9 @@ def inspect(path: Path, tables: Sequence[str]) -> str | None:
     except sqlite3.Error as exc:
         return f"cannot open: {exc}"
     try:
-        verdict = db.execute("PRAGMA quick_check").fetchone()
-        if verdict is None or verdict[0] != "ok":
-            return f"quick_check: {verdict[0] if verdict else 'no answer'}"
+        check = db.execute("PRAGMA quick_check").fetchone()
+        if check is None or check[0] != "ok":
+            return f"quick_check: {check[0] if check else 'no answer'}"
         present = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.Error as exc:
         return f"not a readable database: {exc}"

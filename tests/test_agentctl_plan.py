@@ -31,14 +31,14 @@ def _model(tmp_path: Path) -> Path:
 
 
 def test_plan_that_fits_exits_0(tmp_path: Path) -> None:
-    """SmolLM2 on cpu-dev: the KV arithmetic is printed and the verdict is a fit."""
+    """SmolLM2 on cpu-dev: the KV arithmetic is printed and the outcome is a fit."""
     done = _plan("--model", str(_model(tmp_path)), "--profile", "cpu-dev")
     assert done.returncode == 0, done.stderr
     assert (
         "KV / token       23.0 KB bf16 (30 full-attention layers x 2 x 3 KV heads x 64 x 2 B)"
         in done.stdout
     )
-    assert "verdict          fits 8K with bf16 KV" in done.stdout
+    assert "outcome          fits 8K with bf16 KV" in done.stdout
 
 
 def test_plan_of_the_agent_config_with_overrides_exits_1(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ async def test_engine_that_cannot_fit_is_refused_and_keywords_still_alert(
     agent_factory: Any, watcher: MqttWatcher, prefix: str, broker: DevBroker
 ) -> None:
     """A profile asking for more context than the model has is refused by the planner with
-    its verdict (no vLLM start), and keyword alerts keep flowing, unreviewed."""
+    its outcome (no vLLM start), and keyword alerts keep flowing, unreviewed."""
     agent = agent_factory("llm.enabled=true", "engine.max_model_len=65536").start()
     await watcher.wait_for(
         lambda w: any(s.get("state") == "refused" for s in _llm_states(w)),
@@ -56,7 +56,7 @@ async def test_engine_that_cannot_fit_is_refused_and_keywords_still_alert(
     assert refused["detail"].startswith("does not fit")
     assert "65,536" in refused["detail"]
     [event] = agent.events("engine.refused")
-    assert event["verdict"] == refused["detail"]
+    assert event["outcome"] == refused["detail"]
     assert not agent.events("engine_started")
     now = time.time()
     segment = {

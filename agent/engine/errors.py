@@ -14,11 +14,11 @@ class EngineNotRunning(EngineError):
 
 
 class EngineWontFit(EngineError):
-    """The planner says this model and profile cannot fit; `verdict` says why."""
+    """The planner says this model and profile cannot fit; `outcome` says why."""
 
-    def __init__(self, verdict: str, plan_text: str) -> None:
-        super().__init__(verdict)
-        self.verdict = verdict
+    def __init__(self, outcome: str, plan_text: str) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
         self.plan_text = plan_text
 
 

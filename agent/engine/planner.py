@@ -10,7 +10,7 @@ startup. The arithmetic, for one sequence at max_model_len:
     KV budget       = kv_cache_memory_bytes, or
                       gpu_memory_utilization x device memory - weights - activations
                       - CUDA graphs - runtime (and, on a start that compiles, less the
-                      compile transient: capacity and verdict hold for that first start)
+                      compile transient: capacity and outcome hold for that first start)
     engine total    = runtime + weights + activations + CUDA graphs + KV budget + the CUDA
                       context outside vLLM's budget, which must fit memory_bytes -
                       reserve_bytes (on a discrete GPU: the card less the desktop and ASR)
@@ -83,7 +83,7 @@ class MemoryPlan:
     max_model_len: int
     decode_floor_tps: float | None
     fits: bool
-    verdict: str
+    outcome: str
     int4_weight_bytes: int | None = None  # the same model as AWQ/GPTQ int4 (cuda profiles)
     attention_layers: int | None = None  # layers with KV, the MTP layers included
     layout: HybridLayout | None = None  # vLLM's pool of a GDN hybrid
@@ -173,7 +173,7 @@ class MemoryPlan:
         if self.max_context_fp8_tokens is not None:
             ctx += f"; with fp8 KV: {_ctx(self.max_context_fp8_tokens)}"
         lines.append(("largest context", ctx))
-        if self.full_windows and self.full_windows < self.max_num_seqs:  # 0: the verdict says
+        if self.full_windows and self.full_windows < self.max_num_seqs:  # 0: the outcome says
             # measured (issue 20, lease 3): vLLM 0.26 neither finishes nor refuses such a
             # prefill; it preempts it and takes it back from the prefix cache, over and over
             lines.append(("full windows", f"{self.full_windows} of max_num_seqs "
@@ -186,7 +186,7 @@ class MemoryPlan:
             saved = self.weight_bytes - self.int4_weight_bytes
             lines.append(("int4 option", f"{_gb(self.int4_weight_bytes)} of weights as AWQ/GPTQ "
                           f"4-bit (group 128): saves {_gb(saved)}"))  # fmt: skip
-        lines.append(("verdict", self.verdict))
+        lines.append(("outcome", self.outcome))
         width = max(len(k) for k, _ in lines)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in lines)
 
@@ -457,9 +457,9 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         )
     fits = not reasons
     if fits:
-        verdict = f"fits {_ctx(profile.max_model_len)} with {kv_label} KV"
+        outcome = f"fits {_ctx(profile.max_model_len)} with {kv_label} KV"
     else:
-        verdict = "does not fit: " + "; ".join(reasons)
+        outcome = "does not fit: " + "; ".join(reasons)
     return MemoryPlan(
         model_dir=model_dir,
         shape=shape,
@@ -487,7 +487,7 @@ def plan_memory(model_dir: Path, profile: EngineProfile) -> MemoryPlan:
         max_model_len=profile.max_model_len,
         decode_floor_tps=floor,
         fits=fits,
-        verdict=verdict,
+        outcome=outcome,
         int4_weight_bytes=int4_option(shape, cfg, profile, dtype_bytes, mtp),
         attention_layers=shape.full_attention_layers + (mtp if layout is not None else 0),
         layout=layout,

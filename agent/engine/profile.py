@@ -89,7 +89,7 @@ class DeviceSettings(_Model):
         description="On a start that compiles (an empty compile cache, or a setting that "
         "changes what is compiled), what vLLM's profiling run also counts against "
         "gpu_memory_utilization (autotuning and compile buffers, gone afterwards): such a "
-        "start's KV pool is that much smaller. The planner's capacity and verdict hold for "
+        "start's KV pool is that much smaller. The planner's capacity and outcome hold for "
         "that first start. No effect with kv_cache_memory_bytes.",
     )
     memory_bandwidth_gbps: float | None = Field(

@@ -38,7 +38,7 @@ class EngineInfo:
     max_model_len: int
     spec_method: str
     spec_k: int
-    plan_verdict: str
+    plan_outcome: str
     spec_reason: str = ""  # why this method: MTP found, the draft used, or why not
 
 

@@ -80,8 +80,8 @@ async def start_run(
     model_dir = choice.path
     plan, spec = await asyncio.to_thread(_plan, model_dir, profile, speculative_k, choice.adapter)
     if not plan.fits:
-        log.error("engine_refused", model=str(model_dir), verdict=plan.verdict)
-        raise EngineWontFit(plan.verdict, plan.render())
+        log.error("engine_refused", model=str(model_dir), outcome=plan.outcome)
+        raise EngineWontFit(plan.outcome, plan.render())
     controller = AcceptanceController(profile.speculative, spec.k) if spec.method != "off" else None
     collector = StatsCollector(
         on_spec=controller.observe if controller else None, ttft=ttft, per_token=per_token
@@ -140,7 +140,7 @@ async def start_run(
         max_model_len=profile.max_model_len,
         spec_method=spec.method,
         spec_k=spec.k,
-        plan_verdict=plan.verdict,
+        plan_outcome=plan.outcome,
         spec_reason=spec.reason,
     )
     log.info(
@@ -159,7 +159,7 @@ async def start_run(
         spec_method=spec.method,
         spec_k=spec.k,
         spec_reason=spec.reason,
-        plan=plan.verdict,
+        plan=plan.outcome,
     )
     return Run(
         vllm=vllm,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from agent.config.models import AgentConfig
 
-__all__ = ["plan_verdict"]
+__all__ = ["plan_refusal"]
 
 
-def plan_verdict(config: AgentConfig) -> str | None:
+def plan_refusal(config: AgentConfig) -> str | None:
     """None when the candidate's engine fits (or there is no engine); else the planner's
-    verdict, the same one `agentctl plan` prints for a local file."""
+    outcome, the same one `agentctl plan` prints for a local file."""
     if not config.llm.enabled or config.engine is None:
         return None
     from agent.engine.model_prep import ModelPrepError, model_dir_for
@@ -19,4 +19,4 @@ def plan_verdict(config: AgentConfig) -> str | None:
         plan = plan_memory(model_dir_for(config.engine), config.engine)
     except (PlanError, ModelPrepError, OSError, ValueError) as exc:
         return f"memory planner: {exc}"
-    return None if plan.fits else f"memory planner: {plan.verdict}"
+    return None if plan.fits else f"memory planner: {plan.outcome}"

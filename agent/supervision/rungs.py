@@ -1,5 +1,5 @@
 """The rungs the supervisor walks: the ladder for this profile, the current rung, the
-memory planner's verdict on each, and the rung record persisted through the store.
+memory planner's outcome on each, and the rung record persisted through the store.
 
 `prepare()` builds the ladder (agent.supervision.ladder) with the planner's KV rates and
 loads the record persisted before this start (agent.supervision.store); `fitting_below()`
@@ -49,7 +49,7 @@ class Rungs:
         self.ladder: list[Rung] = [Rung(0, "none", "as configured", profile, context_tokens)]
         self.record = RungRecord()
         self.last_good = 0  # the last rung the engine started on
-        self._model_dir: Path | None = None  # for the planner's verdict on each rung
+        self._model_dir: Path | None = None  # for the planner's outcome on each rung
         self._quiet_saved = 0.0  # monotonic time the quiet clock was last persisted
         self._saving: set[asyncio.Task[None]] = set()
         self._save_lock = asyncio.Lock()
@@ -126,7 +126,7 @@ class Rungs:
             return None
 
     def _fits(self, rung: Rung) -> bool:
-        """The memory planner's verdict on a rung (True when the model cannot be planned:
+        """The memory planner's outcome on a rung (True when the model cannot be planned:
         the engine's own planner judges it at start)."""
         from agent.engine.planner import plan_memory
 

@@ -19,7 +19,7 @@ keeps failing, put the service in *degraded* mode: engine stopped, keyword alert
 agent.supervision.budget). Never a restart loop.
 
 A profile the memory planner refuses is a configuration error, not memory trouble: the
-service stays keyword-only with the planner's verdict (`agentctl plan` explains it) and
+service stays keyword-only with the planner's outcome (`agentctl plan` explains it) and
 the ladder is not walked.
 
 Requests pass its gate (agent.supervision.gate): `ready` while the engine serves, `admit`
@@ -290,16 +290,16 @@ class EngineSupervisor:
                     # ladder is pre-checked, so only where the model could not be planned):
                     # the next rung that fits, else back to the last one that started.
                     self.events.record(
-                        "watchdog.rung_unfit", "error", rung=rung.index, verdict=exc.verdict
+                        "watchdog.rung_unfit", "error", rung=rung.index, outcome=exc.outcome
                     )
                     below = rung.index + 1 < len(self.ladder)
                     target = rung.index + 1 if below else self.rungs.last_good
-                    await self.rungs.move(target, f"rung {rung.index} refused: {exc.verdict}")
+                    await self.rungs.move(target, f"rung {rung.index} refused: {exc.outcome}")
                     if not below:
-                        await self._degrade(f"rung {rung.index} refused: {exc.verdict}")
+                        await self._degrade(f"rung {rung.index} refused: {exc.outcome}")
                     continue
-                self.state, self.detail = "refused", exc.verdict
-                self.events.record("engine.refused", "error", verdict=exc.verdict)
+                self.state, self.detail = "refused", exc.outcome
+                self.events.record("engine.refused", "error", outcome=exc.outcome)
                 log.error("engine.refused_plan", plan=exc.plan_text)
                 return False
             except StartFailed as exc:
@@ -336,7 +336,7 @@ class EngineSupervisor:
                 if target is not None:
                     await self.rungs.move(target, f"out of memory at start: {detail[:200]}")
             raise StartFailed(detail) from exc
-        self.state, self.detail = "running", info.plan_verdict
+        self.state, self.detail = "running", info.plan_outcome
         if self.cores is not None:
             await asyncio.to_thread(self.cores.record, self.engine.core_pids())
         self.rungs.last_good = rung.index
@@ -357,7 +357,7 @@ class EngineSupervisor:
             rung=rung.index,
             rung_name=rung.name,
             recovery_s=recovery_s,
-            plan=info.plan_verdict,
+            plan=info.plan_outcome,
         )
 
     async def _wait_trouble(self) -> Trouble:

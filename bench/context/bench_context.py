@@ -573,7 +573,7 @@ async def prepare(args: argparse.Namespace) -> Setup:
     print(
         f"profile {args.profile}: model {model_dir}, budget {budget}, codec "
         f"{'hash' if plain else 'engine'}, spec {'off' if spec_off else 'profile'}, plan: "
-        f"{plan.verdict}",
+        f"{plan.outcome}",
         flush=True,
     )
     if plain:  # the tokenizer-less codec, checked before a device minute is spent
@@ -627,7 +627,7 @@ async def replay_all(
         "engine_start_s": info.start_seconds,
         "kv_capacity_tokens": info.kv_capacity_tokens,
         "spec": f"{info.spec_method} k={info.spec_k}",
-        "plan": info.plan_verdict,
+        "plan": info.plan_outcome,
         "profile": args.profile,
         "model": setup.model_dir.name,
         "codec": "hash, no schema" if setup.plain else "tokenizer + schema",

@@ -191,7 +191,7 @@ def memory_table(label: str, run: dict[str, Any], plan: Any, unified: bool) -> s
         ok = None if ratio is None else ("yes" if abs(ratio - 1) <= 0.10 else "**no**")
         tokens = "tokens" in name or "/ token" in name
         rows.append([name, _fmt(planned, tokens), _fmt(measured, tokens), ratio, ok])
-    head = f"**{label}** (planner: {plan.verdict})"
+    head = f"**{label}** (planner: {plan.outcome})"
     return head + "\n\n" + md_table(["line", "planner", "measured", "measured / planner",
                                      "within 10%"], rows)  # fmt: skip
 

@@ -64,13 +64,13 @@ def test_dense_qwen3_4b_kv_per_token_and_weights(model_dir: ModelDirFactory) -> 
     assert plan.position_limit == 4 * 32768  # YaRN x4
     assert plan.kv_needed_bytes == K128 * 147_456  # 19.3 GB
     assert plan.fits
-    assert plan.verdict == "fits 128K with bf16 KV"
+    assert plan.outcome == "fits 128K with bf16 KV"
 
 
 def test_dense_qwen3_4b_does_not_fit_a_4_gb_kv_budget(model_dir: ModelDirFactory) -> None:
     plan = plan_memory(model_dir(QWEN3_4B), kv_profile(4_100_000_000))
     assert not plan.fits
-    assert plan.verdict == "does not fit: 19.3 GB of KV needed, 4.1 GB available"
+    assert plan.outcome == "does not fit: 19.3 GB of KV needed, 4.1 GB available"
     # 4.1e9 // (147,456 B x 16 tokens per block) = 1737 blocks
     assert plan.kv_capacity_tokens == 1737 * 16 == 27_792
     # fp8 halves the bytes per token: 4.1e9 // (73,728 x 16) = 3475 blocks
@@ -84,11 +84,11 @@ def test_dense_qwen3_4b_refused_by_orin_16gb_at_128k(model_dir: ModelDirFactory)
     plan = plan_memory(profile.model_path(), profile)
     # fp8 KV: 131072 x 73,728 B = 9.66 GB needed; the profile's 2 GiB = 2.15 GB
     assert plan.kv_bytes_per_token == 73_728
-    assert plan.verdict.startswith("does not fit: 9.7 GB of KV needed, 2.1 GB available")
+    assert plan.outcome.startswith("does not fit: 9.7 GB of KV needed, 2.1 GB available")
     # 2 GiB // (73,728 x 16) = 1820 blocks
     assert plan.max_context_tokens == 1820 * 16 == 29_120
     # and the bf16 weights alone (8.04 GB) exceed what the profile leaves the engine
-    assert "the engine needs" in plan.verdict
+    assert "the engine needs" in plan.outcome
 
 
 @pytest.mark.slow  # the real Engine: imports vLLM, watches for child processes
@@ -103,8 +103,8 @@ async def test_engine_refuses_a_profile_that_cannot_fit(model_dir: ModelDirFacto
     engine = Engine()
     with pytest.raises(EngineWontFit) as caught:
         await engine.start(profile)
-    assert caught.value.verdict.startswith("does not fit: 9.7 GB of KV needed")
-    assert "verdict" in caught.value.plan_text
+    assert caught.value.outcome.startswith("does not fit: 9.7 GB of KV needed")
+    assert "outcome" in caught.value.plan_text
     assert engine.state == "stopped"
     # refused before vLLM was asked for anything: no engine process was started
     children_after = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -115,7 +115,7 @@ def test_position_limit_without_rope_scaling(model_dir: ModelDirFactory) -> None
     config = {**QWEN3_4B, "rope_scaling": None}
     plan = plan_memory(model_dir(config), kv_profile(20 * GiB))
     assert plan.position_limit == 40960
-    assert "exceeds the model's 40,960 positions" in plan.verdict
+    assert "exceeds the model's 40,960 positions" in plan.outcome
 
 
 # -- Qwen3-Next-style hybrid -----------------------------------------------------------------
@@ -160,7 +160,7 @@ def test_hybrid_counts_only_full_attention_layers(model_dir: ModelDirFactory, la
     # at its peak
     assert plan.kv_capacity_tokens == (321 - 1 - 9) * 544 == 169_184
     assert plan.kv_needed_bytes == (-(-K128 // 544) + 9 + 1) * block_bytes  # 3.35 GB < 4 GiB
-    assert plan.verdict == "fits 128K with bf16 KV"
+    assert plan.outcome == "fits 128K with bf16 KV"
 
 
 def test_hybrid_fp8_halves_kv_but_not_the_recurrent_state(model_dir: ModelDirFactory) -> None:
@@ -172,7 +172,7 @@ def test_hybrid_fp8_halves_kv_but_not_the_recurrent_state(model_dir: ModelDirFac
     assert lo.page_bytes == GDN_STATE * 2
     assert plan.kv_bytes_per_token == 12_288
     assert plan.fixed_bytes_per_seq == 9 * 12 * GDN_STATE * 2 == 118_554_624
-    assert plan.verdict == "fits 128K with fp8 KV"
+    assert plan.outcome == "fits 128K with fp8 KV"
 
 
 MEASURED_INT4 = Path(__file__).parents[2] / "bench/engine/results/h200-2026-12-01-int4"
@@ -233,7 +233,7 @@ def test_hybrid_4b_layout_is_the_one_vllm_built_on_the_h200(model_dir: ModelDirF
         rel=0.10,
     )
     # the KV holds 128K; what does not fit on the 16 GB module is the bf16 weights
-    assert plan.verdict.startswith("does not fit: the engine needs 15.3 GB (weights 8.1 GB")
+    assert plan.outcome.startswith("does not fit: the engine needs 15.3 GB (weights 8.1 GB")
 
 
 def _runtime(run: dict[str, Any]) -> int:
@@ -273,7 +273,7 @@ def test_dummy_load_of_a_config_naming_its_gptq_layers_plans_what_vllm_loaded(
     assert plan.runtime_bytes == pytest.approx(_runtime(first), rel=0.02)
     assert plan.runtime_bytes > _runtime(run)
     # with int4 weights the 16 GB module holds the engine; the 8 GB module does not
-    assert plan.fits == (name == "orin-nx-16gb"), plan.verdict
+    assert plan.fits == (name == "orin-nx-16gb"), plan.outcome
 
 
 def test_int4_config_without_weight_files_is_planned_at_int4(model_dir: ModelDirFactory) -> None:
@@ -287,7 +287,7 @@ def test_int4_config_without_weight_files_is_planned_at_int4(model_dir: ModelDir
     projections = (bf16.weight_bytes - embed) // 2
     assert plan.weight_bytes == pytest.approx(embed + projections * (0.5 + 2.5 / 128), abs=8)
     assert plan.int4_weight_bytes is None  # already int4: no int4 option line
-    assert plan.fits, plan.verdict
+    assert plan.fits, plan.outcome
 
 
 def test_token_budget_below_the_hybrid_block_cannot_start(model_dir: ModelDirFactory) -> None:
@@ -299,11 +299,11 @@ def test_token_budget_below_the_hybrid_block_cannot_start(model_dir: ModelDirFac
     # one 1,120-token block + 2 streams x (1 + 3) decode tokens, to a multiple of 128
     assert (
         "max_num_batched_tokens 512 is below the hybrid's attention block of 1,120 tokens"
-        in plan.verdict
+        in plan.outcome
     )
-    assert "use 1,152" in plan.verdict
+    assert "use 1,152" in plan.outcome
     no_cache = plan_memory(folder, profile.model_copy(update={"enable_prefix_caching": False}))
-    assert "max_num_batched_tokens" not in no_cache.verdict
+    assert "max_num_batched_tokens" not in no_cache.outcome
 
 
 async def test_the_supervisors_ladder_has_no_token_budget_rung_vllm_refuses(
@@ -326,7 +326,7 @@ async def test_the_supervisors_ladder_has_no_token_budget_rung_vllm_refuses(
         halved = [r.profile for r in rungs.ladder if r.knob == "batched_tokens"]
         assert [p.max_num_batched_tokens for p in halved] == expected
         for p in halved:
-            assert "max_num_batched_tokens" not in plan_memory(folder, p).verdict
+            assert "max_num_batched_tokens" not in plan_memory(folder, p).outcome
 
 
 def test_orin_8gb_kv_budget_holds_64k_of_the_hybrid(model_dir: ModelDirFactory) -> None:
@@ -339,18 +339,18 @@ def test_orin_8gb_kv_budget_holds_64k_of_the_hybrid(model_dir: ModelDirFactory) 
     # + 3 while a prefill crosses a block; 1088 MiB (76 blocks) was one short (measured)
     assert lo.blocks_per_seq(65536) == 59 + 15 + 3 == 77
     assert lo.blocks(plan.kv_budget_bytes) == 1152 * 2**20 // lo.block_bytes == 81
-    assert "of KV needed" not in plan.verdict
+    assert "of KV needed" not in plan.outcome
     short = profile.model_copy(update={"memory": profile.memory.model_copy(
         update={"kv_cache_memory_bytes": 1088 * 2**20})})  # fmt: skip
     assert (
         "1.16 GB of KV needed (77 blocks + vLLM's null block), 1.14 GB available (76 blocks)"
-        in plan_memory(folder, short).verdict
+        in plan_memory(folder, short).outcome
     )
     one_gib = profile.model_copy(
         update={"memory": profile.memory.model_copy(update={"kv_cache_memory_bytes": GiB})}
     )
     old = plan_memory(folder, one_gib)
-    assert "1.16 GB of KV needed (77 blocks + vLLM's null block), 1.07 GB available" in old.verdict
+    assert "1.16 GB of KV needed (77 blocks + vLLM's null block), 1.07 GB available" in old.outcome
     assert old.kv_capacity_tokens == (72 - 1 - 18) * 1120 == 59_360
 
 
@@ -451,7 +451,7 @@ def test_smollm2_from_safetensors_headers_on_cpu_dev(model_dir: ModelDirFactory)
     assert plan.kv_bytes_per_token == 2 * 30 * 3 * 64 * 2 == 23_040
     # 256 MiB // (23,040 B x 128-token CPU blocks) = 91 blocks; vLLM logs the same 11,648
     assert plan.kv_capacity_tokens == 91 * 128 == 11_648
-    assert plan.verdict == "fits 8K with bf16 KV"
+    assert plan.outcome == "fits 8K with bf16 KV"
 
 
 def test_smollm2_real_converted_checkpoint(smollm2_model: Path) -> None:
@@ -465,7 +465,7 @@ def test_plan_render_prints_the_numbers_and_the_verdict(model_dir: ModelDirFacto
     text = plan_memory(folder, load_engine_profile("cpu-dev")).render("cpu-dev")
     lines = text.splitlines()
     assert lines[0].split() == ["profile", "cpu-dev"]
-    assert lines[-1].split(None, 1) == ["verdict", "fits 8K with bf16 KV"]
+    assert lines[-1].split(None, 1) == ["outcome", "fits 8K with bf16 KV"]
     assert "23.0 KB bf16 (30 full-attention layers" in text
     assert "11,648 tokens" in text
     assert "0.3 GB bfloat16 (1 safetensors file)" in text
@@ -489,7 +489,7 @@ def test_a_discrete_gpu_plan_holds_both_starts_and_the_context(model_dir: ModelD
     assert plan.kv_first_start_bytes == pytest.approx(cold["kv"]["tensor_bytes"], rel=0.10)
     assert plan.kv_budget_bytes == pytest.approx(warm["kv"]["tensor_bytes"], rel=0.10)
     assert plan.kv_worst_bytes == plan.kv_first_start_bytes
-    # capacity and verdict hold for the smaller, first start: one 128K window at its peak
+    # capacity and outcome hold for the smaller, first start: one 128K window at its peak
     assert plan.kv_capacity_tokens == pytest.approx(cold["kv"]["one_seq_tokens"], rel=0.10)
     assert plan.fits and plan.full_windows == 1
     # the warm engine's process held its share of the card and the context besides

@@ -502,7 +502,7 @@ async def test_rungs_the_planner_refuses_are_skipped_and_a_refused_last_rung_goe
 ) -> None:
     engine = StandInEngine()
     sup = supervisor(tmp_path, engine)
-    sup.rungs._model_dir = tmp_path  # planning "possible": the verdicts come from below
+    sup.rungs._model_dir = tmp_path  # planning "possible": the outcomes come from below
     sup.rungs._fits = lambda rung: rung.index not in (1, 2)  # type: ignore[method-assign]
     async with supervised(sup):
         assert await sup.wait_serving()
