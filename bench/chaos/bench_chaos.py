@@ -47,7 +47,7 @@ from paho.mqtt.properties import Properties
 from agent.demo import run_argv
 from agent.devbroker import DevBroker
 from agent.devsubscriber import PersistentSubscriber
-from bench._common import machine, md_table, percentile
+from bench._common import md_table, percentile, provenance, stamped, write_result
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "agent.yaml"
@@ -389,7 +389,7 @@ def report(outcomes: Sequence[Outcome]) -> str:
     lines = [
         "# bench/chaos: accepted input under injected faults",
         "",
-        f"Machine: {machine()}; mosquitto with persistence; configs/agent.yaml.",
+        "Mosquitto with persistence; configs/agent.yaml.",
         "",
         md_table(_HEADERS, [o.row() for o in outcomes]),
     ]
@@ -401,21 +401,20 @@ def report(outcomes: Sequence[Outcome]) -> str:
 
 async def _main(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="edge-agent-chaos-"))
+    prov = provenance("bench.chaos.bench_chaos", args.argv)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
     if args.soak:
         from bench.chaos.soak import soak
 
-        text = await soak(args.soak, work, RESULTS)
-        print(text)
+        print(await soak(args.soak, work, RESULTS, prov))
         return 0
     if args.fuzz:
         from bench.chaos.fuzz import fuzz
 
         text = await fuzz(args.fuzz, work)
-        print(text)
+        print(stamped(text, prov))
         if not args.no_write:
-            RESULTS.mkdir(parents=True, exist_ok=True)
-            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
-            (RESULTS / f"fuzz-{stamp}.md").write_text(text, encoding="utf-8")
+            write_result(RESULTS, f"fuzz-{stamp}", prov, text=text)
         return 0
     outcomes = []
     for kind in args.kinds.split(","):
@@ -423,11 +422,9 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"-- {kind}: {outcome.row()}", flush=True)
         outcomes.append(outcome)
     text = report(outcomes)
-    print(text)
+    print(stamped(text, prov))
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
-        (RESULTS / f"chaos-{stamp}.md").write_text(text, encoding="utf-8")
+        write_result(RESULTS, f"chaos-{stamp}", prov, text=text)
     return 1 if any(o.lost for o in outcomes) else 0
 
 
@@ -438,7 +435,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak", type=float, default=0.0, help="minutes of soak instead")
     parser.add_argument("--fuzz", type=int, default=0, help="this many hostile payloads instead")
     parser.add_argument("--no-write", action="store_true")
-    return asyncio.run(_main(parser.parse_args(argv)))
+    args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv  # for the results' provenance
+    return asyncio.run(_main(args))
 
 
 if __name__ == "__main__":

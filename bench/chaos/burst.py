@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shlex
-import sys
 import time
 import uuid
 from datetime import datetime, timezone
@@ -29,7 +27,7 @@ import psutil
 
 from agent.control import request
 from agent.devbroker import DevBroker
-from bench._common import machine, md_table, percentile, revision
+from bench._common import md_table, percentile, provenance, stamped, write_result
 from bench.chaos.bench_chaos import Publisher, Service, Subscriber
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             work = base / label.replace(" ", "-")
             rows[label] = asyncio.run(run_once(args.segments, protocol, work, extra))
             print(f"-- MQTT {label}: {rows[label]}", flush=True)
-    command = shlex.join(["python", "-m", "bench.chaos.burst", *(argv or sys.argv[1:])])
+    prov = provenance("bench.chaos.burst", argv)
     headers = ["MQTT", "segments", "accepted", "shed", "spooled", "faults alerted",
                "published in s", "all detected in s", "status answer p50 s", "max s",
                "RSS start MiB", "peak MiB"]  # fmt: skip
@@ -165,14 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         for p, r in rows.items()
     ])  # fmt: skip
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    text = (f"# Burst: {args.segments} segments at QoS 1 from one publisher\n\n"
-            f"Revision {revision()}; {machine()}; `{command}`\n\n{table}\n")  # fmt: skip
-    print(text)
+    text = f"# Burst: {args.segments} segments at QoS 1 from one publisher\n\n{table}\n"
+    print(stamped(text, prov))
     if not args.no_write:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / f"burst-{stamp}.md").write_text(text, encoding="utf-8")
-        data = {"revision": revision(), "command": command, "machine": machine(), "runs": rows}
-        (RESULTS / f"burst-{stamp}.json").write_text(json.dumps(data, indent=1) + "\n")
+        write_result(RESULTS, f"burst-{stamp}", prov, text=text, data={"runs": rows})
     return 0
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from agent.devbroker import DevBroker
-from bench._common import md_table
+from bench._common import Provenance, md_table, stamped, write_result
 from bench.chaos.bench_chaos import Publisher, Service, Subscriber, _segment, _until
 
 _SAMPLE_S = 10.0
@@ -88,7 +88,7 @@ def _resources(service: Service) -> tuple[float, int] | None:
     return rss / 2**20, files
 
 
-async def soak(minutes: float, work: Path, results: Path) -> str:
+async def soak(minutes: float, work: Path, results: Path, prov: Provenance) -> str:
     prefix = f"soak/{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True, exist_ok=True)
     samples: list[dict[str, float]] = []
@@ -136,14 +136,12 @@ async def soak(minutes: float, work: Path, results: Path) -> str:
         await pub.close()
         service.stop()
         await sub.stop()
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d-%H%M")
-    results.mkdir(parents=True, exist_ok=True)
-    path = results / f"soak-{stamp}.json"
-    path.write_text(
-        json.dumps({"minutes": minutes, "published": published, "faults": faults,
-                    "samples": samples}, indent=1) + "\n"
-    )  # fmt: skip
-    return summarize(path)
+    stamp = f"soak-{datetime.now(timezone.utc).strftime('%Y-%m-%d-%H%M')}"
+    data = {"minutes": minutes, "published": published, "faults": faults, "samples": samples}
+    write_result(results, stamp, prov, data=data)
+    text = summarize(results / f"{stamp}.json")
+    write_result(results, stamp, prov, text=text)
+    return stamped(text, prov)
 
 
 def summarize(path: Path) -> str:
@@ -151,7 +149,7 @@ def summarize(path: Path) -> str:
     data = json.loads(path.read_text(encoding="utf-8"))
     samples: list[dict[str, float]] = data["samples"]
     faults = [(float(t), str(k)) for t, k in data["faults"]]
-    _chart(samples, faults, path.with_suffix(".png"))
+    drawn = _chart(samples, faults, path.with_suffix(".png"))
     late = [x for x in samples if x["t"] >= min(_WARMUP_S, data["minutes"] * 30)]
     first, last = (samples[0], samples[-1]) if samples else ({}, {})
     rows = []
@@ -165,19 +163,20 @@ def summarize(path: Path) -> str:
         f"# soak: {data['minutes']:g} min, {data['published']} segments; faults: {kinds}\n\n"
         + md_table(["series", "first", "last", "slope/h, all samples after warm-up",
                     f"slope/h within each run (from {_SETTLE_S:.0f} s after a fault)"], rows)
-        + f"\n\nchart: {path.with_suffix('.png')}\n"
+        + (f"\n\nchart: {path.with_suffix('.png')}\n" if drawn else
+           "\n\nno chart: matplotlib is not installed (pip install -e .[bench])\n")
     )  # fmt: skip
 
 
-def _chart(samples: list[dict[str, float]], faults: list[tuple[float, str]], path: Path) -> None:
+def _chart(samples: list[dict[str, float]], faults: list[tuple[float, str]], path: Path) -> bool:
+    """Draw the series to `path`; False where matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed (pip install -e .[bench]): no chart")
-        return
+        return False
     series = [("rss_mib", "RSS, MiB (service + engine)"), ("files", "open files"),
               ("outbox", "outbox depth"), ("spool", "ingest spool depth")]  # fmt: skip
     series = [(k, label) for k, label in series if samples and k in samples[0]]
@@ -191,6 +190,8 @@ def _chart(samples: list[dict[str, float]], faults: list[tuple[float, str]], pat
     fig.suptitle("edge-agent soak")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 if __name__ == "__main__":
