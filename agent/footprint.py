@@ -47,7 +47,13 @@ __all__ = [
 ]
 
 KINDS = ("torch", "cuda", "triton", "python", "heap", "shared", "device", "stack")
-_CUDA_LIBS = ("libcuda", "libnv", "libcu", "libnccl", "libcublas", "libcudnn", "libcufft")
+# CUDA's own libraries by name, where they are not under an nvidia/ or cuda folder (the
+# driver's libcuda and libnvidia-*, a system CUDA's toolkit libraries).
+_CUDA_LIBS = (
+    "libcuda.", "libcudart", "libcublas", "libcudnn", "libcufft", "libcurand", "libcusparse",
+    "libcusolver", "libcupti", "libnccl", "libnvidia-", "libnvrtc", "libnvJitLink",
+    "libnvToolsExt", "libnvrm", "libnvos",
+)  # fmt: skip
 
 
 class KindBytes(BaseModel):
@@ -90,7 +96,8 @@ class Footprint(BaseModel):
 
     @property
     def pss(self) -> int:
-        """The tree's share of host memory: each shared page counted once over the tree."""
+        """The tree's share of host memory: a page shared by n processes counts 1/n in each,
+        so pages shared only within the tree count once (with a process outside it, less)."""
         return sum(p.pss for p in self.processes)
 
     @property
@@ -107,6 +114,8 @@ class Footprint(BaseModel):
 
 def kind_of(path: str) -> str:
     """The kind of a mapping, from the path field of its smaps header ("" when anonymous)."""
+    if path.startswith(("[anon_shmem", "/dev/zero", "/SYSV")):
+        return "shared"  # shared anonymous memory
     if path in {"", "[heap]"} or path.startswith("[anon"):
         return "heap"
     if path.startswith("[stack"):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.latency import LatencyWindow
+from pipelines.latency import VERDICT_BUCKETS_S, LatencyWindow
 
 __all__ = ["ALERT_SOURCES", "Stats", "StreamStats", "latency_summary"]
 
@@ -54,7 +54,9 @@ class Stats:
     # Keyword alerts by the slow tier's verdict: `confirmed` when it came, `unreviewed` when
     # the alert ended without one; and the seconds from NEW to the verdict.
     verdicts: Counter[str] = field(default_factory=Counter)
-    time_to_verdict: LatencyWindow = field(default_factory=LatencyWindow)
+    time_to_verdict: LatencyWindow = field(
+        default_factory=lambda: LatencyWindow(buckets=VERDICT_BUCKETS_S)
+    )
     published: int = 0
     publish_failures: int = 0
     publish_refused: Counter[str] = field(default_factory=Counter)  # by reason (MQTT 5)

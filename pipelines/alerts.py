@@ -9,11 +9,12 @@ alert ends after `quiet_end_s` without a match. Every event carries a per-alert 
 number so consumers can drop redeliveries (id + seq).
 
 Every alert carries the slow tier's verdict on it (`Review`): an alert the keyword tier
-raised is `unreviewed` until the slow tier, reading a window that holds its evidence, names
-the same fault; then it is `confirmed`, with the slow tier's evidence line, its model and
-weights digest and the seconds from the alert's NEW to the verdict, published at once in an
-`update` (not debounced). An alert the slow tier raised itself is confirmed by that reading.
-A reading that does not name the fault changes nothing: silence is not a dismissal.
+raised is `unreviewed` until the slow tier names the same fault on a line of the alert's
+own (one it counted, or one said since it was raised); then it is `confirmed`, with the
+slow tier's evidence line, its model and weights digest and the seconds from the alert's NEW
+to the verdict, published at once in an `update` (not debounced). An alert the slow tier
+raised itself is confirmed by that reading. A reading that does not name the fault changes
+nothing: silence is not a dismissal.
 
 Timers run on a monotonic clock (NTP may step a device's wall clock); `first_seen` and
 `last_seen` are the audio's own epoch times, taken from the evidence.
@@ -114,10 +115,13 @@ class Review:
 
     @classmethod
     def from_public(cls, data: dict[str, Any]) -> Review:
-        """From an alert's stored form; one stored before verdicts existed is unreviewed."""
+        """From an alert's stored form; one stored before verdicts existed, or with a state
+        this release does not know (a newer one's, after a rollback), is unreviewed."""
         evidence = data.get("verdict_evidence")
+        known = {s.value for s in ReviewState}
+        state = data.get("verdict")
         return cls(
-            state=ReviewState(data.get("verdict") or ReviewState.unreviewed.value),
+            state=ReviewState(state) if state in known else ReviewState.unreviewed,
             evidence=None if evidence is None else _evidence(evidence),
             model=data.get("verdict_model"),
             model_sha256=data.get("verdict_model_sha256"),
@@ -287,7 +291,10 @@ class AlertTracker:
             # match, whoever saw it; only the list of tiers (and the verdict) changes.
             if not new_source and not verdict:
                 return []
-            alert.evidence = [*alert.evidence, evidence][-timing.max_evidence :]
+            if not any(
+                (e.seq, e.source) == (evidence.seq, evidence.source) for e in alert.evidence
+            ):
+                alert.evidence = [*alert.evidence, evidence][-timing.max_evidence :]
         else:
             alert.count += 1
             alert.evidence = [*alert.evidence, evidence][-timing.max_evidence :]
@@ -301,8 +308,13 @@ class AlertTracker:
         return []
 
     def _review(self, alert: Alert, obs: Observation, evidence: Evidence) -> bool:
-        """Confirm an unreviewed alert the slow tier now names; whether the verdict changed."""
+        """Confirm an unreviewed alert the slow tier now names on a line of its own (one
+        it counted, or one said since it was raised: not an older line of an alert of the
+        same fault that has ended); whether the verdict changed. Called before the line is
+        counted."""
         if obs.source != "llm" or alert.review.state is not ReviewState.unreviewed:
+            return False
+        if evidence.seq not in alert.counted and evidence.start < alert.first_seen:
             return False
         raised = alert.raised_at
         after = None if raised is None else round(max(0.0, self._wall() - raised), 3)

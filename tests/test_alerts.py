@@ -450,3 +450,36 @@ def test_the_verdict_survives_a_restart_and_an_old_row_reads_unreviewed(clocks: 
     [update] = fresh.observe(obs(1, source="llm", reviewer=GEMMA))
     assert update.seq == 4
     assert update.alert["verdict"] == "confirmed" and update.alert["verdict_after_s"] is None
+
+
+def test_only_a_line_of_the_alerts_own_confirms_it(clocks: Clocks) -> None:
+    """The slow tier naming the fault on a line older than the alert (an ended alert's, read
+    late) does not confirm it; a line said since it was raised does. A stored verdict this
+    release does not know reads as unreviewed (a rollback must still start)."""
+    tracker = make_tracker(clocks, Timing(debounce_s=0))
+    tracker.observe(obs(5))
+    tracker.observe(obs(2, source="llm", reviewer=GEMMA))  # before the alert's first line
+    [alert] = tracker.active()
+    assert alert.review.state is ReviewState.unreviewed
+    [update] = tracker.observe(obs(6, source="llm", reviewer=GEMMA))
+    assert update.alert["verdict"] == "confirmed" and update.reviewed
+    future = {**alert.public(), "verdict": "dismissed"}
+    assert Alert.from_public(future, 1).review.state is ReviewState.unreviewed
+
+
+def test_a_late_verdict_on_a_line_already_quoted_adds_no_second_copy(clocks: Clocks) -> None:
+    """An alert stored before verdicts, with the slow tier's quote already in its evidence,
+    confirmed after a restart by that same quote: the verdict, not a duplicate item."""
+    tracker = make_tracker(clocks, Timing(debounce_s=0))
+    tracker.observe(obs(1))
+    tracker.observe(obs(1, source="llm"))
+    [alert] = tracker.active()
+    old = {k: v for k, v in alert.public().items() if not k.startswith(("verdict", "raised"))}
+    fresh = make_tracker(clocks, Timing(debounce_s=0))
+    fresh.restore([Alert.from_public(old, 2)])
+    [update] = fresh.observe(obs(1, source="llm", reviewer=GEMMA))
+    assert update.alert["verdict"] == "confirmed"
+    assert [(e["seq"], e["source"]) for e in update.alert["evidence"]] == [
+        (1, "keyword"),
+        (1, "llm"),
+    ]

@@ -64,6 +64,12 @@ def tree() -> Iterator[tuple[int, int]]:
         ("/dev/nvidia0", "device"),
         ("/dev/nvmap", "device"),
         ("/usr/lib/x86_64-linux-gnu/libc.so.6", "python"),
+        ("/usr/lib/x86_64-linux-gnu/libcurl.so.4", "python"),  # not CUDA for its "libcu"
+        ("/usr/lib/x86_64-linux-gnu/libcups.so.2", "python"),
+        ("/usr/lib/x86_64-linux-gnu/libnvpair.so.3", "python"),
+        ("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.1", "cuda"),
+        ("[anon_shmem]", "shared"),
+        ("/dev/zero", "shared"),
     ],
 )
 def test_each_mapping_has_one_kind(path: str, kind: str) -> None:
@@ -85,8 +91,10 @@ def test_the_kinds_add_up_to_the_kernels_rollup(tree: tuple[int, int]) -> None:
     text = Path(f"/proc/{parent}/smaps").read_text()
     kinds = parse_smaps(text)
     rollup = _rollup(parent)
-    assert sum(b.rss for b in kinds.values()) == rollup["Rss"]
-    assert sum(b.anonymous for b in kinds.values()) == rollup["Anonymous"]
+    # a few pages of slack: under memory pressure the kernel may drop a clean file page
+    # between the two reads
+    assert abs(sum(b.rss for b in kinds.values()) - rollup["Rss"]) <= 16 * 4096
+    assert abs(sum(b.anonymous for b in kinds.values()) - rollup["Anonymous"]) <= 16 * 4096
     # Pss is not compared: a library page's share moves whenever another process of the
     # machine maps or drops it, between the two reads
     assert all(0 < b.pss <= b.rss for b in kinds.values() if b.rss)

@@ -122,7 +122,7 @@ def plan(
     set_: SetOpt = None,
 ) -> None:
     """Say, before anything is loaded, what fits: weights, KV per token, largest context,
-    CUDA-graph and activation allowance, and a verdict. Exit 0 if it fits, 1 if not."""
+    CUDA-graph and activation allowance, and an outcome. Exit 0 if it fits, 1 if not."""
     from agent.engine import PlanError, ProfileError, load_engine_profile, plan_memory
 
     try:

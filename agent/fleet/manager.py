@@ -148,7 +148,7 @@ class FleetManager:
         plan_check: Callable[[AgentConfig], str | None] | None = None,
     ) -> None:
         """`local`: the configuration without any fleet layer (what `reset` returns to).
-        `plan_check`: the memory planner's verdict on a config (None: it fits); blocking."""
+        `plan_check`: the memory planner's refusal of a config (None: it fits); blocking."""
         self.service = service
         self.local = local
         self.store = store
@@ -297,9 +297,9 @@ class FleetManager:
             return
         engine = restarts_engine(old.config, candidate.config)
         if engine and self._plan_check is not None:
-            verdict = await asyncio.to_thread(self._plan_check, candidate.config)
-            if verdict is not None:
-                await self._ack(target, doc.version, "rejected", f"invalid_config: {verdict}")
+            refusal = await asyncio.to_thread(self._plan_check, candidate.config)
+            if refusal is not None:
+                await self._ack(target, doc.version, "rejected", f"invalid_config: {refusal}")
                 return
         applying = TargetState(doc.version, layer, time.time(), signature)
         if engine and not await self._defer_while_critical(target, doc.version):

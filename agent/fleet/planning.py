@@ -1,4 +1,4 @@
-"""The memory planner's verdict on a fleet candidate (blocking: reads the model's config)."""
+"""The memory planner's outcome on a fleet candidate (blocking: reads the model's config)."""
 
 from __future__ import annotations
 

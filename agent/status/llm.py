@@ -73,7 +73,7 @@ class LlmStatus(StatusModel):
     )
     detail: str | None = Field(
         title="Detail",
-        description="The planner's verdict while running, else why it is not, where known.",
+        description="The planner's outcome while running, else why it is not, where known.",
     )
     vllm_version: str | None = Field(
         title="vLLM version", description="Of the running engine; null while none runs."

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -204,6 +206,21 @@ def _card_total() -> int:
         return 0
 
 
+def _run_child(cmd: list[str], env: dict[str, str], log: Any, timeout_s: float) -> int | str:
+    """The child's return code, or "timeout". The child leads its own process group, so a
+    timeout ends vLLM's engine core with it (a grandchild left holding GPU memory would
+    skew every later item)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return "timeout"
+
+
 def parent(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -226,15 +243,10 @@ def parent(args: argparse.Namespace) -> None:
         cmd = [sys.executable, __file__, "--child", item, "--out", str(out), "--work", args.work,
                "--card-total", str(card)]  # fmt: skip
         began = time.monotonic()
-        with (out / f"{_file_name(item)}-log.txt").open("wb") as log:
-            try:
-                rc: int | str = subprocess.run(
-                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=left - 20,
-                    check=False,
-                ).returncode  # fmt: skip
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
         got = out / f"{_file_name(item)}.json"
+        got.unlink(missing_ok=True)  # a reused --out: never report an earlier run's figures
+        with (out / f"{_file_name(item)}-log.txt").open("wb") as log:
+            rc = _run_child(cmd, env, log, left - 20)
         entry = json.loads(got.read_text()) if got.exists() else {}
         entry |= {"rc": rc, "wall_s": round(time.monotonic() - began, 1)}
         results["items"][item] = entry

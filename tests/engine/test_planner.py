@@ -460,7 +460,7 @@ def test_smollm2_real_converted_checkpoint(smollm2_model: Path) -> None:
     assert plan.kv_capacity_tokens == 11_648
 
 
-def test_plan_render_prints_the_numbers_and_the_verdict(model_dir: ModelDirFactory) -> None:
+def test_plan_render_prints_the_numbers_and_the_outcome(model_dir: ModelDirFactory) -> None:
     folder = model_dir(SMOLLM2, tensors=smollm2_tensor_shapes())
     text = plan_memory(folder, load_engine_profile("cpu-dev")).render("cpu-dev")
     lines = text.splitlines()
