@@ -137,21 +137,10 @@ def _nvml() -> Any:
 
 
 def descendants(root: int) -> list[int]:
-    """`root` and every process below it (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
+    """`root` and every process below it (agent/footprint.py's walk of /proc)."""
+    from agent.footprint import tree
+
+    return tree(root)
 
 
 def _rss(pid: int) -> int:
