@@ -1,5 +1,6 @@
 """agentctl's requests to the running service (the control socket's handler, agent.control):
-status, active alerts, the effective configuration, an engine restart, the fleet's state;
+status, the alarm list and an operator's ack / shelve / unshelve on it (agent.alarm_inbox), the
+effective configuration, an engine restart, the fleet's state;
 and with `control.fault_injection` (tests only) the faults a test injects: hold the next
 fleet apply, hold queued input unprocessed, block the event loop.
 
@@ -9,11 +10,13 @@ The status is the same snapshot MQTT's status topic carries (agent.snapshot).
 from __future__ import annotations
 
 import asyncio
+import pwd
 import time
 from typing import Any, Protocol
 
 import structlog
 
+from agent.alarm_inbox import AlarmInbox
 from agent.config.models import AgentConfig
 from agent.fleet.manager import FleetManager
 from agent.intake import Intake
@@ -36,6 +39,8 @@ class Service(Protocol):
     @property
     def keywords(self) -> KeywordStage: ...
     @property
+    def alarm_inbox(self) -> AlarmInbox: ...
+    @property
     def intake(self) -> Intake: ...
     @property
     def supervisor(self) -> EngineSupervisor | None: ...
@@ -53,7 +58,17 @@ class Commands:
         if cmd == "status":
             return {"ok": True, "status": s.status.snapshot().document()}
         if cmd == "alerts":
-            return {"ok": True, "active": [a.public() for a in s.keywords.tracker.active()]}
+            return {
+                "ok": True,
+                "active": [a.public() for a in s.keywords.tracker.active()],
+                "standing": [a.public() for a in s.keywords.alarms.standing()],
+            }
+        if cmd == "alarm":
+            body = {"note": req.get("note"), "for_s": req.get("for_s")}
+            user = _user(req.get("peer_uid"))
+            return await s.alarm_inbox.local(
+                str(req.get("id", "")), str(req.get("action", "")), body, user
+            )
         if cmd == "config":
             return {"ok": True, "config": s.cfg.model_dump(mode="json")}
         if cmd == "engine.restart":
@@ -90,3 +105,13 @@ class Commands:
             asyncio.get_running_loop().call_later(0.2, time.sleep, seconds)
             return {"ok": True, "blocked_s": seconds}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+
+def _user(uid: object) -> str:
+    """The control socket peer's user name (its uid if the system has no name for it)."""
+    if not isinstance(uid, int):
+        return "unknown"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

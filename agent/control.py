@@ -142,6 +142,8 @@ class ControlServer:
             if req["cmd"] == "alerts" and req.get("follow"):
                 await self._follow(req, reader, writer)
                 return
+            # Who asks, as the kernel says (an alarm command records it): never the client's word.
+            req["peer_uid"] = peer.uid
             await _send(writer, await self.handler(req))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agent import __version__
+from agent.alarm_inbox import AlarmInbox
 from agent.commands import Commands
 from agent.config.loader import LoadedConfig, default_socket_path, resolve_mqtt_password
 from agent.config.models import AgentConfig
@@ -47,6 +48,8 @@ from agent.outbox import Outbox
 from agent.publish import AlertWriter, Publisher, Transcripts
 from agent.reader import keyword_detector
 from agent.snapshot import StatusBuilder
+from agent.sparkplug.node import NodeIdentity, SparkplugNode
+from agent.sparkplug.payloads import FaultInfo
 from agent.spool import Spool
 from agent.stats import Stats
 from agent.supervision import EngineSupervisor
@@ -103,6 +106,8 @@ class Daemon:
             lambda sid: self.cfg.streams.for_stream(sid),  # noqa: PLW0108 (cfg changes)
             self.writer,
             self.stats,
+            shelving=lambda: self.cfg.alarms.shelving(),  # noqa: PLW0108 (cfg changes)
+            max_standing=lambda: self.cfg.alarms.max_standing,
         )
         self.errors = ErrorReporter(self.topics.errors, cfg.mqtt.errors_per_minute, self.stats)
         self.transcripts = Transcripts()  # ours, for other consumers (asr.publish_transcript)
@@ -114,6 +119,10 @@ class Daemon:
             if cfg.ingest.spool_max_segments
             else None
         )
+        # Operators' ack / shelve / unshelve (docs/alarms.md), applied through the stage.
+        self.alarm_inbox = AlarmInbox(
+            self.topics.prefix, lambda: self.cfg.alarms, self.keywords, self.errors
+        )
         self.intake = Intake(
             lambda: self.cfg,
             self.topics,
@@ -122,6 +131,7 @@ class Daemon:
             stage=self.keywords,
             transcripts=self.transcripts,
             spool=self.spool,
+            alarms=self.alarm_inbox if cfg.alarms.commands else None,
         )
         self.link = MqttLink(
             cfg.mqtt,
@@ -130,7 +140,10 @@ class Daemon:
             self.intake.on_message,
             self.stats,
             audio=cfg.asr.enabled,
-            extra_filters=fleet_filters(cfg.fleet, cfg.device_id) if store is not None else (),
+            extra_filters=[
+                *(fleet_filters(cfg.fleet, cfg.device_id) if store is not None else ()),
+                *(self.alarm_inbox.filters if cfg.alarms.commands else ()),
+            ],
             on_error=self.intake.on_message_error,
             receive_maximum=cfg.ingest.queue_size,  # the broker never overfills the queue
         )
@@ -144,6 +157,11 @@ class Daemon:
             errors=self.errors,
         )
         self.events = EventLog(on_event=self.publisher.kick.set)
+        # Sparkplug B (docs/sparkplug.md): each delivered alert event on to the edge node.
+        self.sparkplug: SparkplugNode | None = None
+        if cfg.sparkplug.enabled:
+            self.sparkplug = self._sparkplug_node()
+            self.publisher.sink = self.sparkplug.offer
         self.supervisor: EngineSupervisor | None = None
         self.analysis: Analyzer | None = None
         self._codec: EngineCodec | None = None
@@ -176,7 +194,7 @@ class Daemon:
         """Run until `stop` is set, then shut down without losing accepted data."""
         await self._open_stores()
         restored = await self.outbox.active_alerts()
-        self.keywords.restore(restored)
+        self.keywords.restore(restored, await self.outbox.standing_alarms())
         await self._start_local_servers()
         log.info(
             "agent.starting",
@@ -196,6 +214,7 @@ class Daemon:
                 publisher = tg.create_task(self.publisher.run_outbox(), name="outbox.publish")
                 background = [
                     tg.create_task(self.keywords.run(), name="alerts.tick"),
+                    tg.create_task(self.alarm_inbox.run(), name="alarms.commands"),
                     tg.create_task(self.publisher.run_status(), name="status"),
                     tg.create_task(self.errors.run(self.link), name="errors"),
                 ]
@@ -216,6 +235,7 @@ class Daemon:
                     ]
                 if self.fleet is not None:
                     background.append(tg.create_task(self.fleet.run(), name="fleet"))
+                background += self._start_sparkplug(tg)
                 self._tg = tg
                 self._start_llm_tasks()
                 await stop.wait()
@@ -242,6 +262,7 @@ class Daemon:
                 publisher.cancel()
                 await self.publisher.publish_status("stopped")
                 await self.link.announce_stopped()
+                await self._stop_sparkplug()
                 for task in background:
                     task.cancel()
                 # Again until each ends: a cancellation swallowed by asyncio.wait_for before
@@ -425,6 +446,39 @@ class Daemon:
             disabled_for=lambda sid: self.cfg.streams.for_stream(sid).disabled_faults,
         )
         self.keywords.slow = self.analysis  # each merged segment goes on to it
+
+    def _start_sparkplug(self, tg: TaskGroup) -> list[asyncio.Task[None]]:
+        """The Sparkplug node's task (none when disabled); its first births show the
+        alarms on the list (restored from the outbox)."""
+        if self.sparkplug is None:
+            return []
+        self.sparkplug.seed(a.public() for a in self.keywords.alarms.listed())
+        return [tg.create_task(self.sparkplug.run(), name="sparkplug")]
+
+    async def _stop_sparkplug(self) -> None:
+        """The node's last changes (bounded), then its NDEATH."""
+        if self.sparkplug is not None:
+            await self.sparkplug.drain(2.0)
+            await self.sparkplug.stop()
+
+    def _sparkplug_node(self) -> SparkplugNode:
+        cfg = self.cfg
+
+        def faults() -> list[FaultInfo]:  # the catalogue now (a fleet apply may change it)
+            return [
+                FaultInfo(r.code, r.labels.get("en", r.code), str(r.severity.value))
+                for r in self.cfg.faults
+            ]
+
+        return SparkplugNode(
+            NodeIdentity.of(cfg.sparkplug, cfg.mqtt, cfg.device_id),
+            cfg.mqtt,
+            resolve_mqtt_password(cfg.mqtt),
+            state_path=cfg.outbox.path.parent / "sparkplug.json",
+            faults=faults,
+            properties={"Software": f"edge-agent {__version__}", "Device Id": cfg.device_id},
+            queue_size=cfg.sparkplug.queue_size,
+        )
 
     def _local_servers(self) -> tuple[ControlServer | None, MetricsServer | None]:
         """agentctl's socket and /metrics, as configured (started by run())."""

@@ -5,7 +5,8 @@ The path of a transcript, top to bottom here and on in pipelines/keyword_stage.p
 
 1. `on_message` (the link's callback, on the event loop, one message at a time; a bug in
    it is contained by the link, which counts it and calls `on_message_error`): a fleet
-   document goes to the fleet manager, an audio clip to `on_audio`, a transcript is parsed
+   document goes to the fleet manager, an operator's alarm command to the alarm inbox
+   (agent/alarm_inbox.py), an audio clip to `on_audio`, a transcript is parsed
    within the ingest limits (pipelines.ingest: bounded JSON, size, schema, clock skew,
    allowed streams) and checked against `ingest.max_streams`; a refusal is counted and
    reported on `<prefix>/errors` and its message acknowledged at once (it must not come
@@ -39,6 +40,7 @@ from typing import Any, Protocol
 import aiomqtt
 import structlog
 
+from agent.alarm_inbox import operator_property
 from agent.audio_link import audio_properties, build_asr_stage, heard_segment
 from agent.config.models import AgentConfig
 from agent.errors_report import ErrorReporter
@@ -73,6 +75,15 @@ class FleetInbox(Protocol):
     def submit(self, topic: str, payload: bytes) -> None: ...
 
 
+class CommandInbox(Protocol):
+    """Where operators' alarm commands go (agent.alarm_inbox.AlarmInbox)."""
+
+    def target_of(self, topic: str) -> tuple[str, str] | None: ...
+    def submit(
+        self, topic: str, payload: bytes, operator: str | None, settle: Callable[[], None]
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class _Queued:
     """A segment on its way to the detector, and what settles its input once its effect
@@ -97,9 +108,11 @@ class Intake:
         stage: KeywordStage,
         transcripts: Transcripts,
         spool: Spool | None = None,
+        alarms: CommandInbox | None = None,
     ) -> None:
         """`config`: the configuration now (stream settings follow a fleet apply; the
-        ingest limits and the queue are the ones at construction)."""
+        ingest limits and the queue are the ones at construction); `alarms`: where
+        operators' commands go (None: `alarms.commands` is off)."""
         cfg = config()
         self._config = config
         self._topics = topics
@@ -107,6 +120,7 @@ class Intake:
         self._errors = errors
         self._stage = stage
         self._transcripts = transcripts
+        self._alarms = alarms
         self.limits = IngestLimits(
             max_payload_bytes=cfg.ingest.max_payload_bytes,
             max_text_chars=cfg.ingest.max_text_chars,
@@ -151,6 +165,11 @@ class Intake:
             # comes back at the next start (the manager also persists its progress).
             self.fleet.submit(topic, bytes(raw))
             ack()
+            return
+        if self._alarms is not None and self._alarms.target_of(topic) is not None:
+            # Settled by the inbox once applied and durable, or refused (agent/alarm_inbox.py).
+            operator = operator_property(message.properties)
+            self._alarms.submit(topic, bytes(raw), operator, ack)
             return
         if self.asr is not None and (audio_stream := self._topics.audio_stream(topic)):
             self.on_audio(audio_stream, topic, bytes(raw), message.properties, ack)

@@ -32,6 +32,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from agent.status import (
+    AlarmsStatus,
     AsrStatus,
     FleetStatus,
     LlmOff,
@@ -189,6 +190,21 @@ def _pipeline(out: _Families, st: Status) -> None:
         )
     out.counter("errors_reported", "Error events published.", st.errors.reported)
     out.counter("errors_suppressed", "Error events over the rate limit.", st.errors.suppressed)
+    _alarms(out, st.alarms)
+
+
+def _alarms(out: _Families, alarms: AlarmsStatus) -> None:
+    for state, n in alarms.by_state.items():
+        out.gauge("alarms", "Alarms on the list, by ISA-18.2 state.", n, state=state)
+    out.counter(
+        "alarms_dropped", "Standing alarms dropped past alarms.max_standing.", alarms.dropped
+    )
+    for action, n in alarms.applied.items():
+        out.counter("alarm_commands", "Operator commands applied, by action.", n, action=action)
+    for reason, n in alarms.refused.items():
+        out.counter(
+            "alarm_commands_refused", "Operator commands refused, by reason.", n, reason=reason
+        )
 
 
 def _asr(out: _Families, asr: AsrStatus) -> None:

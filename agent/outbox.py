@@ -3,7 +3,9 @@
 One database (WAL) holds two tables written in the same transaction: the events still to
 publish, in order, and the alerts still active (so ids and sequence numbers survive a
 restart), each with whether it has a debounced update not yet emitted (so a match that was
-only counted is not lost by a crash: it is emitted after the restart). A row leaves
+only counted is not lost by a crash: it is emitted after the restart), and a third the
+alarms that ended unacknowledged (`unack_cleared`, pipelines/alarm_list.py), which stand
+until an operator acknowledges them. A row leaves
 `outbox` only after PUBACK; a SIGKILL between publish and delete means the event goes out
 again after restart, which is why consumers dedupe by (alert id, seq). `synchronous=FULL`:
 an alert that was accepted survives a power cut too, at one fsync per event, which alert
@@ -52,6 +54,11 @@ CREATE TABLE IF NOT EXISTS active_alerts (
     PRIMARY KEY (stream_id, fault)
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS standing_alarms (
+    id        TEXT PRIMARY KEY,
+    event_seq INTEGER NOT NULL,
+    alert     TEXT NOT NULL
+);
 """
 
 
@@ -61,6 +68,7 @@ _TABLES = {
     "outbox": ("topic", "payload", "kind", "created"),
     "active_alerts": ("stream_id", "fault", "event_seq", "alert"),
     "counters": ("name", "value"),
+    "standing_alarms": ("id", "event_seq", "alert"),
 }
 
 
@@ -98,6 +106,8 @@ class _Store:
         events: Sequence[PendingEvent],
         upserts: Sequence[Alert],
         deletes: Sequence[tuple[str, str]],
+        standing_upserts: Sequence[Alert] = (),
+        standing_deletes: Sequence[str] = (),
     ) -> tuple[int, int]:
         """Returns (rows shed to stay in bound, depth after the append)."""
         now = time.time()
@@ -113,6 +123,13 @@ class _Store:
             )
             self.db.executemany(
                 "DELETE FROM active_alerts WHERE stream_id = ? AND fault = ?", deletes
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO standing_alarms (id, event_seq, alert) VALUES (?, ?, ?)",
+                [(a.id, a.event_seq, json.dumps(a.public())) for a in standing_upserts],
+            )
+            self.db.executemany(
+                "DELETE FROM standing_alarms WHERE id = ?", [(i,) for i in standing_deletes]
             )
             return self._enforce_bound()
 
@@ -165,6 +182,10 @@ class _Store:
             out.append(alert)
         return out
 
+    def standing(self) -> list[Alert]:
+        rows = self.db.execute("SELECT event_seq, alert FROM standing_alarms").fetchall()
+        return [Alert.from_public(json.loads(text), int(seq)) for seq, text in rows]
+
     def restore(self, salvage: Salvage) -> None:
         """Put a damaged file's readable rows into this fresh store, in their order."""
         rows = salvage.rows
@@ -181,6 +202,10 @@ class _Store:
             self.db.executemany(
                 "INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)",
                 rows.get("counters", []),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO standing_alarms (id, event_seq, alert) VALUES (?, ?, ?)",
+                rows.get("standing_alarms", []),
             )
 
     def close(self) -> None:
@@ -255,12 +280,18 @@ class Outbox:
         events: Sequence[PendingEvent],
         upserts: Sequence[Alert] = (),
         deletes: Sequence[tuple[str, str]] = (),
+        standing_upserts: Sequence[Alert] = (),
+        standing_deletes: Sequence[str] = (),
     ) -> None:
         """Commit, retrying a failed write (disk full, I/O error, a busy database) until it
         holds (agent/storage.py): the caller acknowledges its input only after this returns,
         so giving up would lose it."""
         shed, self.depth = await self._writes.until_written(
-            "outbox", self._path, lambda: self._run(lambda s: s.append(events, upserts, deletes))
+            "outbox",
+            self._path,
+            lambda: self._run(
+                lambda s: s.append(events, upserts, deletes, standing_upserts, standing_deletes)
+            ),
         )
         if shed:
             self.shed += shed
@@ -281,6 +312,10 @@ class Outbox:
 
     async def active_alerts(self) -> list[Alert]:
         return await self._run(lambda s: s.active())
+
+    async def standing_alarms(self) -> list[Alert]:
+        """Alarms that ended unacknowledged and stand until acknowledged."""
+        return await self._run(lambda s: s.standing())
 
     async def _run(self, fn: Callable[[_Store], T]) -> T:
         store = self._store

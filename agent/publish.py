@@ -9,6 +9,7 @@ onto MQTT.
   PUBACK), publishes the retained status every `mqtt.status_interval_s` and at once when
   kicked (a watchdog or supervisor decision, a fleet answer), and the fleet's retained
   answers.
+  Each alert event it delivered goes on to an optional `sink` (the Sparkplug node).
 - `Transcripts`: the ASR's segments for other consumers (`asr.publish_transcript`), best
   effort and bounded: the alert path never depends on them.
 """
@@ -93,7 +94,13 @@ class AlertWriter:
                 count=event.alert["count"],
                 seq=event.seq,
             )
-        await self._outbox.append(pending, batch.upserts, batch.deletes)
+        await self._outbox.append(
+            pending,
+            batch.upserts,
+            batch.deletes,
+            batch.standing_upserts,
+            batch.standing_deletes,
+        )
         for event in batch.events:  # timed once durable: from here the publisher delivers them
             if event.type is EventType.new:
                 alert = event.alert
@@ -156,6 +163,10 @@ class Publisher:
         self._interval_s = status_interval_s
         self._errors = errors
         self.kick = asyncio.Event()  # set: publish the status now
+        # Told of each alert event once the broker acknowledged it, in outbox order (the
+        # Sparkplug node's bounded queue, agent/sparkplug/node.py); must not block.
+        self.sink: Callable[[bytes], None] | None = None
+        self.sink_failures = 0  # the sink raised (a bug, in the log with its trace)
         self.status_failures = 0  # snapshots that raised (a bug, in the log with its trace)
 
     async def run_outbox(self) -> None:
@@ -188,6 +199,17 @@ class Publisher:
                 refusals = 0
                 await outbox.ack(row.id)
                 self._stats.published += 1
+                if self.sink is not None and row.topic == self._topics.alerts:
+                    self._to_sink(row.payload)
+
+    def _to_sink(self, payload: bytes) -> None:
+        """The published event to the sink; a sink that raises never stops delivery."""
+        assert self.sink is not None
+        try:
+            self.sink(payload)
+        except Exception:
+            self.sink_failures += 1
+            log.exception("outbox.sink_failed", failures=self.sink_failures)
 
     async def _refused(self, topic: str, size: int, exc: PublishRefused, n: int) -> None:
         """A refused alert: counted by reason, said in status, the log and on

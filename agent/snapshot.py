@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any, Protocol
 
 from agent import __version__
+from agent.alarm_inbox import AlarmInbox
 from agent.config.models import AgentConfig
 from agent.control import ControlServer
 from agent.fleet.manager import FleetManager
@@ -21,6 +22,7 @@ from agent.metrics import Histogram, MetricsServer
 from agent.mqtt import MqttLink
 from agent.outbox import Outbox
 from agent.publish import AlertWriter, Transcripts
+from agent.sparkplug.node import SparkplugNode
 from agent.spool import Spool
 from agent.stats import Stats
 from agent.status import Status
@@ -46,6 +48,10 @@ class Service(Protocol):
     def intake(self) -> Intake: ...
     @property
     def keywords(self) -> KeywordStage: ...
+    @property
+    def alarm_inbox(self) -> AlarmInbox: ...
+    @property
+    def sparkplug(self) -> SparkplugNode | None: ...
     @property
     def writer(self) -> AlertWriter: ...
     @property
@@ -131,6 +137,8 @@ class StatusBuilder:
                 "bad_requests": s.control.bad_requests,
                 "follow_shed": s.control.follow_shed,
             }
+        snap["alarms"] = s.alarm_inbox.snapshot()
+        snap["sparkplug"] = s.sparkplug.snapshot() if s.sparkplug is not None else None
         snap["fleet"] = s.fleet.snapshot() if s.fleet is not None else {"enabled": False}
         asr = s.intake.asr
         if asr is not None:

@@ -16,6 +16,12 @@ to the verdict, published at once in an `update` (not debounced). An alert the s
 raised itself is confirmed by that reading. A reading that does not name the fault changes
 nothing: silence is not a dismissal.
 
+Every alert also carries its alarm state (pipelines/alarms.py, ISA-18.2): raised
+`unack_active`; at its END `unack_cleared` if nobody acknowledged it (the alarm list,
+pipelines/alarm_list.py, keeps it until someone does) or `normal`. A shelved alert publishes
+nothing, not even its END, until the shelf ends (`tick`): then it comes back
+`unack_active` if the fault was heard within `quiet_end_s`, or ends.
+
 Timers run on a monotonic clock (NTP may step a device's wall clock); `first_seen` and
 `last_seen` are the audio's own epoch times, taken from the evidence.
 """
@@ -24,9 +30,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
-from enum import Enum
-from typing import Any, Protocol
+from dataclasses import replace
+
+from pipelines.alarms import AlarmState, Operator, Trigger, step
+from pipelines.alert_record import (
+    Alert,
+    AlertEvent,
+    AlertTiming,
+    EventType,
+    Evidence,
+    Observation,
+    Review,
+    Reviewer,
+    ReviewState,
+)
 
 __all__ = [
     "Alert",
@@ -43,180 +60,6 @@ __all__ = [
 
 
 _COUNTED = 1024  # segment numbers remembered per alert
-
-
-class EventType(str, Enum):
-    new = "new"
-    update = "update"
-    end = "end"
-
-
-class AlertTiming(Protocol):
-    """The per-stream timing the tracker needs (the daemon's AlertSettings fits)."""
-
-    @property
-    def debounce_s(self) -> float: ...
-    @property
-    def quiet_end_s(self) -> float: ...
-    @property
-    def max_evidence(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class Evidence:
-    text: str  # keyword tier: the new text of the segment; LLM tier: the segment it named
-    start: float
-    end: float
-    seq: int
-    source: str = "keyword"  # the tier that saw it (the tracker stamps it)
-    confidence: float | None = None  # LLM tier: the engine's probability of the fault
-
-
-_EVIDENCE_FIELDS = frozenset(Evidence.__dataclass_fields__)
-
-
-def _evidence(data: dict[str, Any]) -> Evidence:
-    """Evidence from its stored form; keys of older releases (the LLM's `note`, before
-    answers pointed at lines) are left out."""
-    return Evidence(**{k: v for k, v in data.items() if k in _EVIDENCE_FIELDS})
-
-
-class ReviewState(str, Enum):
-    unreviewed = "unreviewed"  # the slow tier has not named it (engine down, tier off, ...)
-    confirmed = "confirmed"  # the slow tier named the same fault
-
-
-@dataclass(frozen=True)
-class Reviewer:
-    """The model that signs a verdict: the engine's served folder name and weights digest."""
-
-    model: str
-    sha256: str | None = None  # None for random (dummy) weights
-
-
-@dataclass(frozen=True)
-class Review:
-    """The slow tier's verdict on an alert."""
-
-    state: ReviewState = ReviewState.unreviewed
-    evidence: Evidence | None = None  # the line the slow tier pointed at
-    model: str | None = None
-    model_sha256: str | None = None
-    after_s: float | None = None  # from the alert's NEW to the verdict (wall clock)
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "verdict": self.state.value,
-            "verdict_evidence": None if self.evidence is None else asdict(self.evidence),
-            "verdict_model": self.model,
-            "verdict_model_sha256": self.model_sha256,
-            "verdict_after_s": self.after_s,
-        }
-
-    @classmethod
-    def from_public(cls, data: dict[str, Any]) -> Review:
-        """From an alert's stored form; one stored before verdicts existed, or with a state
-        this release does not know (a newer one's, after a rollback), is unreviewed."""
-        evidence = data.get("verdict_evidence")
-        known = {s.value for s in ReviewState}
-        state = data.get("verdict")
-        return cls(
-            state=ReviewState(state) if state in known else ReviewState.unreviewed,
-            evidence=None if evidence is None else _evidence(evidence),
-            model=data.get("verdict_model"),
-            model_sha256=data.get("verdict_model_sha256"),
-            after_s=data.get("verdict_after_s"),
-        )
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One detection of a fault, from either tier."""
-
-    stream_id: str
-    fault: str
-    label: str
-    severity: str
-    source: str  # "keyword" | "llm"
-    evidence: Evidence
-    reviewer: Reviewer | None = None  # the slow tier: the model that read it
-
-
-@dataclass
-class Alert:
-    id: str
-    stream_id: str
-    fault: str
-    label: str
-    severity: str
-    source: str  # the tier that raised it
-    evidence: list[Evidence]
-    first_seen: float
-    last_seen: float
-    count: int
-    event_seq: int = 0
-    sources: list[str] = field(default_factory=list)  # every tier that has seen it
-    raised_at: float | None = None  # wall time of its NEW (None: stored by an older release)
-    review: Review = field(default_factory=Review)
-    # Tracker bookkeeping on the monotonic clock; not part of the published alert.
-    # Segments already counted, beyond the few kept as evidence: the LLM's window spans
-    # hours, so it confirms segments whose evidence entry has long scrolled out.
-    counted: dict[int, None] = field(default_factory=dict, compare=False)
-    last_match_mono: float = field(default=0.0, compare=False)
-    last_emit_mono: float = field(default=0.0, compare=False)
-    dirty: bool = field(default=False, compare=False)
-
-    def public(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "stream_id": self.stream_id,
-            "fault": self.fault,
-            "label": self.label,
-            "severity": self.severity,
-            "source": self.source,
-            "sources": self.sources or [self.source],
-            "evidence": [asdict(e) for e in self.evidence],
-            "first_seen": self.first_seen,
-            "last_seen": self.last_seen,
-            "count": self.count,
-            "raised_at": self.raised_at,
-            **self.review.public(),
-        }
-
-    @classmethod
-    def from_public(cls, data: dict[str, Any], event_seq: int) -> Alert:
-        return cls(
-            id=data["id"],
-            stream_id=data["stream_id"],
-            fault=data["fault"],
-            label=data["label"],
-            severity=data["severity"],
-            source=data["source"],
-            evidence=[_evidence(e) for e in data["evidence"]],
-            first_seen=data["first_seen"],
-            last_seen=data["last_seen"],
-            count=data["count"],
-            event_seq=event_seq,
-            sources=list(data.get("sources") or [data["source"]]),
-            raised_at=data.get("raised_at"),
-            review=Review.from_public(data),
-        )
-
-
-@dataclass(frozen=True)
-class AlertEvent:
-    type: EventType
-    seq: int
-    ts: float
-    alert: dict[str, Any]
-    reviewed: bool = False  # this event carries a new verdict (not part of the payload)
-
-    @property
-    def alert_id(self) -> str:
-        return str(self.alert["id"])
-
-    def payload(self) -> dict[str, Any]:
-        return {"type": self.type.value, "seq": self.seq, "ts": self.ts, "alert": self.alert}
 
 
 class AlertTracker:
@@ -301,6 +144,9 @@ class AlertTracker:
             alert.first_seen = min(alert.first_seen, evidence.start)
             alert.last_seen = max(alert.last_seen, evidence.end)
             alert.last_match_mono = now
+        if alert.alarm.state is AlarmState.shelved:
+            alert.dirty = True  # kept (and stored), published when the shelf ends
+            return []
         if verdict or now - alert.last_emit_mono >= timing.debounce_s:
             # a verdict is news: no debounce
             return [self._emit(alert, EventType.update, now, reviewed=verdict)]
@@ -327,17 +173,76 @@ class AlertTracker:
         events: list[AlertEvent] = []
         for key, alert in list(self._active.items()):
             timing = self._timing_for(alert.stream_id)
-            if now - alert.last_match_mono >= timing.quiet_end_s:
+            if alert.alarm.state is AlarmState.shelved:
+                until = alert.alarm.shelved_until
+                if until is not None and self._wall() >= until:
+                    by = Operator("expired", "shelf", round(self._wall(), 3))
+                    events += self.unshelve(alert, by)
+            elif now - alert.last_match_mono >= timing.quiet_end_s:
                 del self._active[key]
-                events.append(self._emit(alert, EventType.end, now))
+                alert.alarm = step(alert.alarm, Trigger.clear)
+                events.append(self._emit(alert, EventType.end, now, reason="cleared"))
             elif alert.dirty and now - alert.last_emit_mono >= timing.debounce_s:
                 events.append(self._emit(alert, EventType.update, now))
         return events
 
     def flush(self) -> list[AlertEvent]:
-        """Emit every debounced update now (before a shutdown), whatever the debounce."""
+        """Emit every debounced update now (before a shutdown), whatever the debounce; a
+        shelved alert's wait for its shelf."""
         now = self._mono()
-        return [self._emit(a, EventType.update, now) for a in self._active.values() if a.dirty]
+        return [
+            self._emit(a, EventType.update, now)
+            for a in self._active.values()
+            if a.dirty and a.alarm.state is not AlarmState.shelved
+        ]
+
+    # -- operator commands and the configuration (pipelines/alarm_list.py drives these) --
+
+    def find(self, alert_id: str) -> Alert | None:
+        """The active alert with this id (a shelved one included)."""
+        return next((a for a in self._active.values() if a.id == alert_id), None)
+
+    def heard(self, alert: Alert) -> bool:
+        """Whether its fault was matched within `quiet_end_s` (the condition is present)."""
+        timing = self._timing_for(alert.stream_id)
+        return self._mono() - alert.last_match_mono < timing.quiet_end_s
+
+    def command(
+        self, alert: Alert, trigger: Trigger, who: Operator, *, until: float | None = None
+    ) -> AlertEvent:
+        """An operator's ack or shelve of an active alert, as its audit event.
+
+        Raises:
+            AlarmRefused: not allowed in the alarm's state (nothing changed).
+        """
+        alert.alarm = step(alert.alarm, trigger, who, until=until)
+        kind = EventType.ack if trigger is Trigger.ack else EventType.shelve
+        alert.dirty = False  # what was pending goes out in this event
+        return self._emit(alert, kind, self._mono(), operator=who)
+
+    def unshelve(self, alert: Alert, who: Operator) -> list[AlertEvent]:
+        """Off the shelf (an operator, or its time ran out): back `unack_active` if the
+        fault is still heard, else `normal` and ended.
+
+        Raises:
+            AlarmRefused: the alert is not shelved.
+        """
+        now = self._mono()
+        if not self.heard(alert):
+            alert.alarm = step(alert.alarm, Trigger.unshelve_quiet, who)
+            del self._active[(alert.stream_id, alert.fault)]
+            return [
+                self._emit(alert, EventType.unshelve, now, operator=who),
+                self._emit(alert, EventType.end, now, reason="cleared"),
+            ]
+        alert.alarm = step(alert.alarm, Trigger.unshelve, who)
+        return [self._emit(alert, EventType.unshelve, now, operator=who)]
+
+    def suppress(self, alert: Alert) -> AlertEvent:
+        """The configuration switched its fault off for the stream: it ends now."""
+        alert.alarm = step(alert.alarm, Trigger.suppress)
+        del self._active[(alert.stream_id, alert.fault)]
+        return self._emit(alert, EventType.end, self._mono(), reason="suppressed")
 
     def _next_id_ms(self) -> int:
         # Strictly increasing: an alert raised again in the same millisecond, or after NTP
@@ -346,12 +251,21 @@ class AlertTracker:
         return self._last_id_ms
 
     def _emit(
-        self, alert: Alert, kind: EventType, now: float, *, reviewed: bool = False
+        self,
+        alert: Alert,
+        kind: EventType,
+        now: float,
+        *,
+        reviewed: bool = False,
+        reason: str | None = None,
+        operator: Operator | None = None,
     ) -> AlertEvent:
         alert.event_seq += 1
         alert.last_emit_mono = now
         alert.dirty = False
-        return AlertEvent(kind, alert.event_seq, self._wall(), alert.public(), reviewed)
+        return AlertEvent(
+            kind, alert.event_seq, self._wall(), alert.public(), reviewed, reason, operator
+        )
 
 
 def _confirmed(obs: Observation, evidence: Evidence, *, after_s: float | None) -> Review:

@@ -15,8 +15,11 @@ faults so per-stream order holds):
 5. the merged text goes on to the slow tier (`SlowTier`, the LLM analyzer) when there is
    one; its accepted faults come back through `observe_llm()` into the same tracker.
 
-`tick()` (every `TICK_S` from `run()`) flushes debounced updates and ends quiet alerts;
-`flush()` emits every pending update before a shutdown.
+`tick()` (every `TICK_S` from `run()`) flushes debounced updates, ends quiet alerts, takes
+shelved ones off their shelf when it runs out and ends the alarms of faults the configuration
+switched off; `flush()` emits every pending update before a shutdown. `command()` applies an
+operator's ack, shelve or unshelve (pipelines/alarm_list.py) and commits its audit event like
+any other, so the command's input may be acknowledged once it returns.
 
 What the stage needs from the service it declares here: where the events go (`AlertSink`:
 the outbox), the counters it keeps current (`StageCounters`: the service's statistics),
@@ -35,6 +38,8 @@ from typing import Protocol
 
 import structlog
 
+from pipelines.alarm_list import AlarmList, StandingChanges
+from pipelines.alarms import AlarmCommand, ShelvePolicy
 from pipelines.alerts import (
     Alert,
     AlertEvent,
@@ -74,6 +79,8 @@ class AlertBatch:
     events: Sequence[AlertEvent]
     upserts: Sequence[Alert]  # active alerts to store as they are now
     deletes: Sequence[tuple[str, str]]  # (stream, fault) of the alerts that ended
+    standing_upserts: Sequence[Alert] = ()  # alarms that ended unacknowledged
+    standing_deletes: Sequence[str] = ()  # ids of standing alarms acknowledged or dropped
 
 
 class AlertSink(Protocol):
@@ -139,24 +146,30 @@ class KeywordStage:
         *,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        shelving: Callable[[], ShelvePolicy] = lambda: ShelvePolicy(max_shelve_s=8 * 3600),
+        max_standing: Callable[[], int] = lambda: 256,
     ) -> None:
         """`rules` is asked per segment, so a new configuration applies from the next one;
-        `detector` may be replaced between two segments (hold `lock`)."""
+        `detector` may be replaced between two segments (hold `lock`); `shelving` and
+        `max_standing` (the `alarms:` settings) are asked at each use."""
         self.detector = detector
         self._rules = rules
         self._sink = sink
         self._counters = counters
         self._mono = monotonic
         self.tracker = AlertTracker(lambda sid: rules(sid).alerts, monotonic=monotonic, wall=wall)
+        self.alarms = AlarmList(self.tracker, shelving, max_standing, wall=wall)
         self.timelines: dict[str, StreamTimeline] = {}
         self.slow: SlowTier | None = None  # the LLM tier, where the service runs one
         self.lock = asyncio.Lock()  # one segment, tick or LLM answer at a time
         self.busy = 0  # segments in process() now
         self.processed = 0  # segments through process() (a progress mark)
 
-    def restore(self, alerts: Iterable[Alert]) -> None:
-        """The alerts that were active before a restart (from the outbox)."""
+    def restore(self, alerts: Iterable[Alert], standing: Iterable[Alert] = ()) -> None:
+        """The alerts that were active, and the alarms that stood unacknowledged, before a
+        restart (from the outbox)."""
         self.tracker.restore(alerts)
+        self.alarms.restore(standing)
 
     def keyword_alert_streams(self) -> set[str]:
         """Streams with an active alert the keyword tier raised or confirmed (the slow
@@ -264,9 +277,26 @@ class KeywordStage:
             await self._commit(events, touched={(stream_id, f.code) for f in faults})
 
     async def tick(self) -> None:
-        """Debounced updates that are due, and the ends of quiet alerts, committed."""
+        """Debounced updates that are due, the ends of quiet alerts, shelves that ran out
+        and the alarms of faults switched off since, committed."""
         async with self.lock:
-            await self._commit(self.tracker.tick())
+            events = self.tracker.tick()
+            off, changes = self.alarms.suppress(
+                lambda sid, fault: fault in self._rules(sid).disabled_faults
+            )
+            await self._commit(events + off, standing=changes)
+
+    async def command(self, cmd: AlarmCommand) -> list[AlertEvent]:
+        """An operator's command on an alarm, committed (durable) when this returns.
+
+        Raises:
+            AlarmRefused: nothing on the list has that id, or the command does not apply
+                to the alarm's state; nothing changed and nothing was committed.
+        """
+        async with self.lock:
+            events, changes = self.alarms.command(cmd)
+            await self._commit(events, standing=changes)
+            return events
 
     async def run(self, period_s: float = TICK_S) -> None:
         while True:
@@ -279,15 +309,22 @@ class KeywordStage:
             await self._commit(self.tracker.flush())
 
     async def _commit(
-        self, events: list[AlertEvent], touched: Collection[tuple[str, str]] = ()
+        self,
+        events: list[AlertEvent],
+        touched: Collection[tuple[str, str]] = (),
+        standing: StandingChanges | None = None,
     ) -> None:
         """Events to the sink, with the active alerts they (or `touched`, the (stream,
-        fault) pairs just observed) changed, in one batch."""
+        fault) pairs just observed) changed and the standing alarms, in one batch."""
         active = {a.id: a for a in self.tracker.active()}
         changed = {
             a.id: a for a in active.values() if (a.stream_id, a.fault) in touched and a.dirty
         }
-        if not events and not changed:
+        stand = self.alarms.absorb(events)
+        if standing is not None:
+            stand.upserts += standing.upserts
+            stand.deletes += standing.deletes
+        if not events and not changed and not stand:
             return
         upserts = list(changed.values())
         deletes = []
@@ -296,4 +333,4 @@ class KeywordStage:
                 deletes.append((event.alert["stream_id"], event.alert["fault"]))
             elif event.alert_id in active and event.alert_id not in changed:
                 upserts.append(active[event.alert_id])
-        await self._sink.commit(AlertBatch(events, upserts, deletes))
+        await self._sink.commit(AlertBatch(events, upserts, deletes, stand.upserts, stand.deletes))

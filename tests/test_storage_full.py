@@ -32,11 +32,11 @@ def small_disk(where: Path, size: str = "2m") -> Iterator[Path]:
 def fill(disk: Path) -> Path:
     """A file that takes every byte left on the disk."""
     filler = disk / "filler"
-    with filler.open("wb") as fh:
+    # Unbuffered: a buffered file keeps what the disk refused and raises again at close.
+    with filler.open("wb", buffering=0) as fh:
         try:
             while True:
                 fh.write(b"\0" * 65536)
-                fh.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
     return filler

@@ -1,5 +1,6 @@
 """agentctl's commands for the running service, over its control socket (agent.control):
-`status`, `alerts [--follow]`, `engine restart`, `config show --running`.
+`status`, `alerts [--follow]`, `alerts ack|shelve|unshelve ID`, `engine restart`,
+`config show --running`.
 
 Exit codes: 0 fine, 2 the service answers but is degraded (keyword-only) or refused the
 request, 3 unreachable (no socket, permission denied, no answer, or a status this agentctl
@@ -103,15 +104,28 @@ def status(
         raise typer.Exit(EXIT_DEGRADED)
 
 
+alerts_app = typer.Typer(
+    invoke_without_command=True,
+    help="The alarm list (JSON lines): active alerts, then those that cleared unacknowledged; "
+    "with --follow, then each alert event as it happens. Subcommands act on one alarm.",
+)
+
+
+@alerts_app.callback()
 def alerts(
+    ctx: typer.Context,
     config: ConfigOpt = DEFAULT_CONFIG,
     socket: SocketOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Then every alert event.")] = False,
 ) -> None:
-    """Active alerts (JSON lines); with --follow, then each alert event as it happens."""
+    """The alarm list (JSON lines): active alerts, then those that cleared unacknowledged
+    (`unack_cleared`); with --follow, then each alert event as it happens."""
+    if ctx.invoked_subcommand is not None:
+        return
     path = socket_of(config, socket)
     if not follow:
-        for alert in ask(path, {"cmd": "alerts"})["active"]:
+        resp = ask(path, {"cmd": "alerts"})
+        for alert in [*resp["active"], *resp.get("standing", [])]:
             typer.echo(json.dumps(alert, ensure_ascii=False))
         return
     try:
@@ -123,6 +137,92 @@ def alerts(
         raise typer.Exit(EXIT_UNREACHABLE) from None
 
 
+AlertId = Annotated[str, typer.Argument(help="The alert's id (`agentctl alerts` lists them).")]
+NoteOpt = Annotated[str | None, typer.Option("--note", help="Why (kept in the audit event).")]
+
+
+@alerts_app.command("ack")
+def alerts_ack(
+    alert_id: AlertId,
+    note: NoteOpt = None,
+    config: ConfigOpt = DEFAULT_CONFIG,
+    socket: SocketOpt = None,
+) -> None:
+    """Acknowledge an alarm: `ack_active` while its fault is heard, gone once cleared."""
+    _alarm(config, socket, {"action": "ack", "id": alert_id, "note": note})
+
+
+@alerts_app.command("shelve")
+def alerts_shelve(
+    alert_id: AlertId,
+    duration: Annotated[
+        str,
+        typer.Option("--for", help="How long: 90s, 30m, 2h, 1h30m (at most alarms.max_shelve_s)."),
+    ],
+    reason: Annotated[str, typer.Option("--reason", help="Why it is shelved (required).")],
+    config: ConfigOpt = DEFAULT_CONFIG,
+    socket: SocketOpt = None,
+) -> None:
+    """Shelve an active alarm: silent until the shelf ends, then back if its fault is heard.
+
+    Nothing of it is published while shelved, and a repeat raises no new alert; when the shelf
+    ends it comes back unacknowledged if its fault is still heard, else it ends."""
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--for") from None
+    _alarm(config, socket, {"action": "shelve", "id": alert_id, "note": reason, "for_s": seconds})
+
+
+@alerts_app.command("unshelve")
+def alerts_unshelve(
+    alert_id: AlertId,
+    note: NoteOpt = None,
+    config: ConfigOpt = DEFAULT_CONFIG,
+    socket: SocketOpt = None,
+) -> None:
+    """Take an alarm off its shelf now."""
+    _alarm(config, socket, {"action": "unshelve", "id": alert_id, "note": note})
+
+
+def _alarm(config: Path, socket: Path | None, body: dict[str, Any]) -> None:
+    """One command; its audit events printed (JSON lines). Refused: the reason, exit 2."""
+    resp = ask(socket_of(config, socket), {"cmd": "alarm", **body})
+    for event in resp.get("events", []):
+        typer.echo(json.dumps(event, ensure_ascii=False))
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """ "90", "90s", "30m", "2h", "1h30m", "1d" -> seconds.
+
+    Raises:
+        ValueError: anything else, or zero.
+    """
+    spec = text.strip().lower()
+    if not spec:
+        raise ValueError("empty duration")
+    try:
+        total = float(spec)
+    except ValueError:
+        total, number = 0.0, ""
+        for ch in spec:
+            if ch.isdigit() or ch == ".":
+                number += ch
+            elif ch in _UNITS and number:
+                total += float(number) * _UNITS[ch]
+                number = ""
+            else:
+                raise ValueError(f"{text!r} is not a duration like 90s, 30m, 2h or 1h30m") from None
+        if number:
+            raise ValueError(f"{text!r}: a number without a unit at the end") from None
+    if total <= 0:
+        raise ValueError(f"{text!r} is not a positive duration")
+    return total
+
+
 async def _follow(path: Path) -> None:
     reader, writer = await asyncio.open_unix_connection(str(path), limit=16 << 20)
     writer.write(json.dumps({"cmd": "alerts", "follow": True}).encode() + b"\n")
@@ -132,7 +232,8 @@ async def _follow(path: Path) -> None:
         msg = json.loads(line)
         if not msg.get("ok"):
             raise OSError(str(msg.get("error")))
-        for item in msg.get("active", []) if first else [msg["event"]]:
+        listed = [*msg.get("active", []), *msg.get("standing", [])]
+        for item in listed if first else [msg["event"]]:
             sys.stdout.write(json.dumps(item, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         first = False
@@ -153,7 +254,7 @@ def running_config(config: Path, socket: Path | None) -> dict[str, Any]:
 
 def register(app: typer.Typer) -> None:
     app.command("status")(status)
-    app.command("alerts")(alerts)
+    app.add_typer(alerts_app, name="alerts")
     app.add_typer(engine_app, name="engine")
 
 
@@ -249,6 +350,14 @@ def render_status(st: Status, console: Console) -> None:
         "verdicts",
         ", ".join(f"{k} {n}" for k, n in v.items())
         + (f"; time to verdict p50 {_secs(ttv.p50_s)} p95 {_secs(ttv.p95_s)}" if ttv.count else ""),
+    )
+    al = st.alarms
+    refused = sum(al.refused.values())
+    head.add_row(
+        "alarms",
+        ", ".join(f"{k} {n}" for k, n in al.by_state.items() if n)
+        + ("; " if any(al.by_state.values()) else "")
+        + f"commands {sum(al.applied.values())} applied, {refused} refused",
     )
     timed = [
         f"{source} p50 {_secs(v.p50_s)} p95 {_secs(v.p95_s)} (n={v.count})"

@@ -1,5 +1,5 @@
 """The agent's configuration schema: `AgentConfig`, assembled from one module per section
-(mqtt, ingest, streams, local: outbox, control, metrics and logging; fleet, llm; the engine,
+(mqtt, ingest, streams, local: outbox, control, metrics and logging; alarms, fleet, llm; the engine,
 watchdog, ASR and keyword sections live with their owners), all re-exported here.
 
 Every section forbids unknown keys (a typo fails validation instead of being ignored) and
@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 from typing_extensions import Self
 
+from agent.config.alarms import AlarmsSettings
 from agent.config.base import FLEET_NAME, LocatedError, SectionModel
 from agent.config.fleet import FleetSettings
 from agent.config.ingest import IngestSettings
@@ -27,6 +28,7 @@ from agent.config.local import (
     OutboxSettings,
 )
 from agent.config.mqtt import MqttSettings, TlsSettings
+from agent.config.sparkplug import SparkplugSettings
 from agent.config.streams import (
     AlertOverride,
     AlertSettings,
@@ -42,6 +44,7 @@ from pipelines.keyword_settings import KeywordSettings
 
 __all__ = [
     "AgentConfig",
+    "AlarmsSettings",
     "AlertOverride",
     "AlertSettings",
     "ControlSettings",
@@ -54,6 +57,7 @@ __all__ = [
     "MetricsSettings",
     "MqttSettings",
     "OutboxSettings",
+    "SparkplugSettings",
     "StreamOverride",
     "StreamSettings",
     "StreamsSettings",
@@ -95,6 +99,16 @@ class AgentConfig(SectionModel):
     )
     outbox: OutboxSettings = Field(
         default_factory=OutboxSettings, title="Outbox", description="Durable alert outbox."
+    )
+    alarms: AlarmsSettings = Field(
+        default_factory=AlarmsSettings,
+        title="Alarms",
+        description="Operator commands on alarms: acknowledge, shelve, unshelve (docs/alarms.md).",
+    )
+    sparkplug: SparkplugSettings = Field(
+        default_factory=SparkplugSettings,
+        title="Sparkplug B",
+        description="The device as a Sparkplug B edge node, off by default (docs/sparkplug.md).",
     )
     llm: LlmSettings = Field(default_factory=LlmSettings, title="LLM", description="Slow tier.")
     engine: EngineProfile | None = Field(

@@ -40,7 +40,7 @@ __all__ = [
 # Applied live, no restart: the catalogue, keyword matching, per-stream alert timing and
 # disabled faults, the watchdog's memory thresholds (the rest of `watchdog` is the engine
 # supervisor's: restart limits, hang time, backoff; those rebuild the slow tier).
-LIVE_KEYS = frozenset({"faults", "keywords", "streams", "watchdog"})
+LIVE_KEYS = frozenset({"alarms", "faults", "keywords", "streams", "watchdog"})
 LIVE_WATCHDOG = frozenset(
     {"host_warn_bytes", "host_critical_bytes", "gpu_warn_bytes", "gpu_critical_bytes",
      "psi_warn_some_avg10", "psi_critical_full_avg10", "hysteresis"}
@@ -53,8 +53,12 @@ ENGINE_KEYS = frozenset({"profile", "engine", "llm"})
 NEVER_REMOTE = frozenset(
     {"device_id", "mqtt", "control", "fleet", "outbox", "metrics", "logging", "ingest", "asr"}
 )
-# Built once at start (the probe, the GPU handle, where the rung is kept).
-_NEVER_NESTED = frozenset({("watchdog", "state_path"), ("watchdog", "enabled")})
+# Built once at start (the probe, the GPU handle, where the rung is kept; the command
+# subscriptions and their queue).
+_NEVER_NESTED = frozenset(
+    {("watchdog", "state_path"), ("watchdog", "enabled"), ("alarms", "commands"),
+     ("alarms", "max_pending_commands")}
+)  # fmt: skip
 
 
 def parse_pointer(pointer: str) -> tuple[str, ...]:

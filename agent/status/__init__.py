@@ -5,6 +5,7 @@ validates its sections' snapshots into them, the readers read attributes."""
 
 from __future__ import annotations
 
+from agent.status.alarms import AlarmsStatus
 from agent.status.alerts import AlertsStatus, DetectStatus, ErrorsStatus, LatencySummary
 from agent.status.analysis import AnalysisStatus, ContextStatus
 from agent.status.asr import AsrOff, AsrQueue, AsrStatus
@@ -16,6 +17,7 @@ from agent.status.llm import EngineState, LastRestart, LlmOff, LlmStatus, RungSt
 from agent.status.local import ControlStatus, MetricsStatus
 from agent.status.mqtt import MqttStatus
 from agent.status.outbox import OutboxStatus
+from agent.status.sparkplug import SparkplugStatus
 from agent.status.streams import StreamStatus
 from agent.status.watchdog import (
     LeakStatus,
@@ -27,6 +29,7 @@ from agent.status.watchdog import (
 )
 
 __all__ = [
+    "AlarmsStatus",
     "AlertsStatus",
     "AnalysisStatus",
     "AsrOff",
@@ -56,6 +59,7 @@ __all__ = [
     "QueueStatus",
     "RungStatus",
     "ServiceState",
+    "SparkplugStatus",
     "Status",
     "StreamStatus",
     "WatchdogEvent",

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from agent.status.alarms import AlarmsStatus
 from agent.status.alerts import AlertsStatus, DetectStatus, ErrorsStatus
 from agent.status.asr import AsrOff, AsrStatus
 from agent.status.base import StatusModel
@@ -23,6 +24,7 @@ from agent.status.llm import LlmOff, LlmStatus
 from agent.status.local import ControlStatus, MetricsStatus
 from agent.status.mqtt import MqttStatus
 from agent.status.outbox import OutboxStatus
+from agent.status.sparkplug import SparkplugStatus
 from agent.status.streams import StreamStatus
 from agent.status.watchdog import WatchdogOff, WatchdogStatus
 
@@ -39,7 +41,13 @@ class Status(StatusModel):
     ingest: IngestStatus = Field(title="Ingest", description="Transcript payloads taken in.")
     detect: DetectStatus = Field(title="Detect", description="What both tiers found.")
     alerts: AlertsStatus = Field(title="Alerts", description="Alert events and their timing.")
+    alarms: AlarmsStatus = Field(
+        title="Alarms", description="The alarm list by state and the operators' commands."
+    )
     errors: ErrorsStatus = Field(title="Errors", description="Error events on `<prefix>/errors`.")
+    sparkplug: SparkplugStatus | None = Field(
+        None, title="Sparkplug", description="The Sparkplug B edge node; null when disabled."
+    )
     streams: dict[str, StreamStatus] = Field(title="Streams", description="By stream id.")
     device_id: str = Field(title="Device id", description="`device_id`.")
     version: str = Field(title="Version", description="The service's version.")

@@ -14,12 +14,18 @@ the context and the rest.
 
 Variants (VARIANTS below): `base` (the profile as shipped), `arena` (MALLOC_ARENA_MAX=2),
 `threads` (one OpenMP thread, one Inductor compile worker, no tokenizer thread pool),
-`nocompile` (compilation mode 0: CUDA graphs without torch.compile), `all` (the three). An
+`nocompile` (compilation mode 0: CUDA graphs without torch.compile), `all` (the three),
+`again` (the profile once more: after `base`, a start on warm caches),
+`inproc` (the engine core in the frontend's process: vLLM's synchronous LLMEngine with
+`VLLM_ENABLE_V1_MULTIPROCESSING=0`, stepped from a thread, bench/engine/inproc.py). An
 item is VARIANT[@SHAPE], SHAPE hybrid-4b (the class the profile is sized for) or hybrid-2b.
 
     python3 bench/engine/bench_runtime.py --out $OUT --items base,arena,threads,nocompile,all
     python3 bench/engine/bench_runtime.py --out /tmp/rt --items base,arena   # CPU: code paths
     python3 bench/engine/bench_runtime.py --report a/results.json b/results.json  # the tables
+
+Ratios ("/ ref") are against `again` of the item's shape where it ran (warm with warm), else
+`base`. `--soak S` then appends to a rolling window for S seconds (bench/engine/soak_appends.py).
 
 Writes OUT/results.json after every item (provenance first), OUT/<item>-log.txt (the child's
 output, vLLM's included) and OUT/table.md.
@@ -57,6 +63,7 @@ GIB = 1 << 30
 class Trim:
     env: dict[str, str] = field(default_factory=dict)
     compile: dict[str, Any] = field(default_factory=dict)  # merged into compilation_config
+    inproc: bool = False  # the engine core in this process (bench/engine/inproc.py)
 
 
 _ARENA = {"MALLOC_ARENA_MAX": "2"}
@@ -73,6 +80,8 @@ VARIANTS: dict[str, Trim] = {
     "threads": Trim(env=_THREADS),
     "nocompile": Trim(compile=_NOCOMPILE),
     "all": Trim(env={**_ARENA, **_THREADS}, compile=_NOCOMPILE),
+    "again": Trim(),  # base once more: the profile as shipped, a start that finds caches warm
+    "inproc": Trim(env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, inproc=True),
 }
 
 
@@ -148,7 +157,12 @@ async def child(args: argparse.Namespace) -> None:
     res["caches_at_start"] = _caches()
     res["before_start"] = footprint(os.getpid(), gpu=on_gpu).model_dump()
     t0 = time.perf_counter()
-    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
+    if trim.inproc:
+        from bench.engine.inproc import InprocLLM
+
+        llm: Any = InprocLLM.from_engine_args(kw)
+    else:
+        llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
     res["start_s"] = round(time.perf_counter() - t0, 1)
     try:
         res["after_load"] = await _probe(llm, on_gpu)
@@ -167,6 +181,13 @@ async def child(args: argparse.Namespace) -> None:
         res["ttft_segment_s"] = round(alone.ttft, 3)
         res["after_run"] = await _probe(llm, on_gpu)
         save()
+        if args.soak > 0:
+            from bench.engine.soak_appends import soak
+
+            res["soak"] = await soak(llm, p.fresh, generate, seconds=args.soak,
+                                     window_tokens=int(kw["max_model_len"]),
+                                     segment=SEGMENT if on_gpu else 256, on_gpu=on_gpu)  # fmt: skip
+            save()
     finally:
         llm.shutdown()
     save()
@@ -230,6 +251,7 @@ def parent(args: argparse.Namespace) -> None:
     results: dict[str, Any] = {"card_total_bytes": card, "items": {}}
     results["bare_context"] = bare_context() if card else {"device": "cpu"}
     write_result(out, "results", prov, data=results)
+    soaks = set(args.soak_items.split(",")) if args.soak_items else set(args.items.split(","))
     for item in args.items.split(","):
         variant = item.partition("@")[0]
         if variant not in VARIANTS:
@@ -241,7 +263,8 @@ def parent(args: argparse.Namespace) -> None:
             continue
         env = {**os.environ, **VARIANTS[variant].env}
         cmd = [sys.executable, __file__, "--child", item, "--out", str(out), "--work", args.work,
-               "--card-total", str(card)]  # fmt: skip
+               "--card-total", str(card),
+               "--soak", str(args.soak if item in soaks else 0)]  # fmt: skip
         began = time.monotonic()
         got = out / f"{_file_name(item)}.json"
         got.unlink(missing_ok=True)  # a reused --out: never report an earlier run's figures
@@ -336,13 +359,13 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report(results: dict[str, Any]) -> str:
     items = {k: v for k, v in results["items"].items() if split(v)}
-    base = next((v for k, v in items.items() if k.partition("@")[0] == "base"), None)
-    b = split(base) if base else None
-    ref = base or {}
     rows = []
     for label, e in items.items():
         s = split(e)
         assert s is not None
+        ref = _reference(items, label)
+        b = split(ref) if ref else None
+        ref = ref or {}
         rows.append([
             label, _start(e),
             f"{_g(s['frontend_rss'])} / {_g(s['frontend_pss'])}",
@@ -358,8 +381,8 @@ def report(results: dict[str, Any]) -> str:
     head = ["item", "start s (caches)", "frontend RSS / PSS GiB", "engine core RSS / PSS GiB",
             "other processes: PSS", "anonymous GiB", "GPU (NVML) GiB", "torch reserved GiB",
             "GPU outside torch GiB", "runtime, RSS sum GiB", "runtime, PSS GiB",
-            "runtime / base", "decode tok/s", "decode / base", "TTFT 4.5K on 16K s",
-            "TTFT / base", "TTFT 4.5K alone s"]  # fmt: skip
+            "runtime / ref", "decode tok/s", "decode / ref", "TTFT 4.5K on 16K s",
+            "TTFT / ref", "TTFT 4.5K alone s"]  # fmt: skip
     parts = ["# vLLM's runtime under orin-nx-8gb's caps", "", md_table(head, rows), ""]
     for prov in results.get("runs") or []:
         if prov:
@@ -383,7 +406,55 @@ def report(results: dict[str, Any]) -> str:
             kind_rows.append(cells)
         table = md_table(["kind", "frontend", "engine core", "other"], kind_rows)
         parts += [f"**{label}**: host memory by kind, PSS MiB (anonymous)", "", table, ""]
+    soaked = [(k, v["soak"]["summary"]) for k, v in results["items"].items() if v.get("soak")]
+    if soaked:
+        parts += [
+            "**Appends to a rolling window** (bench/engine/soak_appends.py)",
+            "",
+            md_table(
+                [
+                    "item",
+                    "span s",
+                    "appends",
+                    "append TTFT p50 / p95 s",
+                    "slides",
+                    "slide TTFT p50 s",
+                    "RSS first -> last GiB",
+                    "RSS MiB/h",
+                    "GPU first -> last GiB",
+                    "torch reserved first -> last GiB",
+                ],
+                [
+                    [
+                        k,
+                        m["span_s"],
+                        m["appends"],
+                        f"{m['append_ttft_p50_s']} / {m['append_ttft_p95_s']}",
+                        m["slides"],
+                        m["slide_ttft_p50_s"],
+                        f"{_g(m.get('rss_first'))} -> {_g(m.get('rss_last'))}",
+                        m.get("rss_mib_per_h"),
+                        f"{_g(m.get('gpu_first'))} -> {_g(m.get('gpu_last'))}",
+                        f"{_g(m.get('torch_reserved_first'))} -> "
+                        f"{_g(m.get('torch_reserved_last'))}",
+                    ]
+                    for k, m in soaked
+                ],
+            ),
+            "",
+        ]
     return "\n".join(parts)
+
+
+def _reference(items: dict[str, Any], label: str) -> dict[str, Any] | None:
+    """What an item's ratios are against: `again` of its shape (the profile on warm caches)
+    where it ran, else `base` of its shape."""
+    shape = label.partition("@")[2]
+    for variant in ("again", "base"):
+        found = items.get(f"{variant}@{shape}" if shape else variant)
+        if found is not None:
+            return dict(found)
+    return None
 
 
 def main() -> None:
@@ -398,6 +469,10 @@ def main() -> None:
         nargs="+",
         help="print the tables of these results.json (one run in several commands)",
     )
+    ap.add_argument("--soak", type=float, default=0.0,
+                    help="then append 4.5K segments to a rolling window for this many seconds "
+                    "(bench/engine/soak_appends.py), each item")  # fmt: skip
+    ap.add_argument("--soak-items", default="", help="the items that soak (default: all)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--card-total", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
